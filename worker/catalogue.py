@@ -1,0 +1,124 @@
+"""The problem catalogue: one self-describing folder per problem under kernels/.
+
+A problem folder holds:
+  definition.json        upstream SOL-ExecBench definition, unchanged
+  workload.jsonl         the benchmark's workloads (GPU-sized)
+  workload_cpu.jsonl     the same kinds of workload, CPU-sized
+  audit.json             kernel-audit's additions (worker.problem_spec.AuditSpec)
+  oracle.py              trusted fp64 implementation
+  solutions/<name>/solution.json   example solutions, good and known-bad
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from types import ModuleType
+from typing import Literal
+
+from worker.formats import Definition, Solution, Workload, load_definition, load_solution, load_workloads
+from worker.formats.errors import FormatError
+from worker.formats.loaders import parse_model
+from worker.problem_spec import AuditSpec
+
+Profile = Literal["cpu", "gpu"]
+
+DEFAULT_ROOT = Path(__file__).resolve().parent.parent / "kernels"
+
+
+@dataclass(frozen=True)
+class Problem:
+    folder: Path
+    definition: Definition
+    workloads_gpu: tuple[Workload, ...]
+    workloads_cpu: tuple[Workload, ...]
+    spec: AuditSpec
+
+    @property
+    def name(self) -> str:
+        return self.definition.name
+
+    def workloads(self, profile: Profile) -> tuple[Workload, ...]:
+        return self.workloads_gpu if profile == "gpu" else self.workloads_cpu
+
+    @cached_property
+    def content_hash(self) -> str:
+        """Changes whenever anything that decides an audit changes (definition, workloads, spec, oracle)."""
+        h = hashlib.sha256()
+        for fname in ("definition.json", "workload.jsonl", "workload_cpu.jsonl", "audit.json", "oracle.py"):
+            p = self.folder / fname
+            if p.exists():
+                h.update(fname.encode() + b"\0" + p.read_bytes() + b"\0")
+        return h.hexdigest()
+
+    def oracle(self) -> Callable[..., tuple[object, ...]]:
+        file, func = self.spec.oracle.split("::")
+        module = _load_module(self.folder / file, f"kaudit_oracle_{self.name}")
+        return getattr(module, func)
+
+    def example_solutions(self) -> dict[str, Solution]:
+        out: dict[str, Solution] = {}
+        for p in sorted((self.folder / "solutions").glob("*/solution.json")):
+            out[p.parent.name] = load_solution(p)
+        return out
+
+    def example_solution(self, name: str) -> Solution:
+        return load_solution(self.folder / "solutions" / name / "solution.json")
+
+
+def _load_module(path: Path, name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise FormatError(str(path), ["cannot import"])
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def load_problem(folder: Path) -> Problem:
+    definition = load_definition(folder / "definition.json")
+    spec_path = folder / "audit.json"
+    spec = (
+        parse_model(AuditSpec, __import__("json").loads(spec_path.read_text()), str(spec_path))
+        if spec_path.exists()
+        else AuditSpec()
+    )
+    gpu = tuple(load_workloads(folder / "workload.jsonl"))
+    cpu_path = folder / "workload_cpu.jsonl"
+    cpu = tuple(load_workloads(cpu_path)) if cpu_path.exists() else gpu
+    for w in (*gpu, *cpu):
+        unknown = set(w.inputs) - set(definition.inputs)
+        if unknown:
+            raise FormatError(str(folder), [f"workload {w.uuid}: inputs {sorted(unknown)} not in the definition"])
+    return Problem(folder=folder, definition=definition, workloads_gpu=gpu, workloads_cpu=cpu, spec=spec)
+
+
+@dataclass(frozen=True)
+class Catalogue:
+    problems: dict[str, Problem]
+
+    def get(self, name: str) -> Problem:
+        try:
+            return self.problems[name]
+        except KeyError:
+            known = ", ".join(sorted(self.problems))
+            raise KeyError(f"unknown definition '{name}'; known: {known}") from None
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.problems
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        return iter(self.problems.values())
+
+
+def load_catalogue(root: Path = DEFAULT_ROOT) -> Catalogue:
+    problems = {}
+    for d in sorted(root.iterdir()):
+        if (d / "definition.json").exists():
+            p = load_problem(d)
+            problems[p.name] = p
+    return Catalogue(problems=problems)

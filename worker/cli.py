@@ -1,0 +1,134 @@
+"""`kaudit`: audit a kernel from the command line.
+
+Exit codes: 0 pass; 1 fail or error verdict; 2 bad usage or unreadable input.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from worker.catalogue import Catalogue, load_catalogue
+from worker.engine import STAGES, parse_stages, run_audit
+from worker.formats import FormatError, Solution, load_solution, solution_from_python_file
+from worker.stages.result import AuditReport, StageStatus, Verdict
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help="kernel-audit: what the benchmark checks, and what it misses.")
+
+_STATUS_STYLE = {
+    StageStatus.passed: "green",
+    StageStatus.failed: "red",
+    StageStatus.error: "magenta",
+    StageStatus.skipped: "dim",
+}
+
+
+def _usage_error(console: Console, message: str) -> typer.Exit:
+    console.print(f"[red]error:[/red] {message}")
+    return typer.Exit(code=2)
+
+
+def read_submission(path: Path, definition: str | None, catalogue: Catalogue) -> Solution:
+    """A solution.json, a folder holding one, or a single .py file with --definition."""
+    if path.is_dir():
+        path = path / "solution.json"
+    if path.suffix == ".py":
+        if not definition:
+            raise FormatError(str(path), ["a .py file needs --definition NAME (see `kaudit problems`)"])
+        solution = solution_from_python_file(path, definition)
+    else:
+        solution = load_solution(path)
+        if definition and definition != solution.definition:
+            raise FormatError(str(path), [f"definition: the file says '{solution.definition}', --definition says '{definition}'"])
+    if solution.definition not in catalogue:
+        raise FormatError(str(path), [f"definition: unknown definition '{solution.definition}'; known: {', '.join(sorted(catalogue.problems))}"])
+    return solution
+
+
+def render(report: AuditReport, console: Console) -> None:
+    table = Table(title=f"{report.solution} on {report.definition} ({report.device})", show_lines=False)
+    table.add_column("stage")
+    table.add_column("status")
+    table.add_column("time", justify="right")
+    table.add_column("summary", overflow="fold")
+    for s in report.stages:
+        style = _STATUS_STYLE[s.status]
+        table.add_row(s.name, f"[{style}]{s.status.value}[/{style}]", f"{s.duration_s:.1f}s", s.summary)
+    console.print(table)
+    colour = {"pass": "green", "fail": "red", "error": "magenta"}[report.verdict.value]
+    console.print(f"[bold {colour}]verdict: {report.verdict.value}[/bold {colour}]  {report.summary}")
+
+
+@app.command()
+def audit(
+    path: Annotated[Path, typer.Argument(help="solution.json, a folder with one, or a .py file (with --definition)")],
+    definition: Annotated[str | None, typer.Option("--definition", "-d", help="definition name (needed for a .py file)")] = None,
+    device: Annotated[str, typer.Option(help="cpu or cuda")] = "cpu",
+    stages: Annotated[str | None, typer.Option(help=f"comma-separated subset of {','.join(STAGES)}")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print one JSON object instead of the report")] = False,
+    seed: Annotated[int | None, typer.Option(help="audit seed (default: a fresh secret one)")] = None,
+) -> None:
+    """Audit a kernel: intake, static, benchmark, probes, canary, verdict."""
+    err = Console(stderr=True)
+    if device not in ("cpu", "cuda") and not device.startswith("cuda:"):
+        raise _usage_error(err, f"--device must be cpu or cuda, not '{device}'")
+    if device.startswith("cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            raise _usage_error(err, "--device cuda: no CUDA device is visible on this machine")
+    try:
+        chosen = parse_stages(stages)
+    except ValueError as e:
+        raise _usage_error(err, str(e)) from e
+    catalogue = load_catalogue()
+    try:
+        solution = read_submission(path, definition, catalogue)
+    except FormatError as e:
+        raise _usage_error(err, str(e)) from e
+    problem = catalogue.get(solution.definition)
+    with err.status(f"auditing {solution.name}") as status:
+        report = run_audit(
+            problem,
+            solution,
+            device=device,
+            stages=chosen,
+            seed=seed,
+            progress=lambda msg: status.update(msg),
+            on_stage=lambda r: err.print(f"  {r.name}: [{_STATUS_STYLE[r.status]}]{r.status.value}[/] {r.summary}"),
+        )
+    if as_json:
+        typer.echo(json.dumps(report.model_dump(mode="json")))
+    else:
+        render(report, Console())
+    raise typer.Exit(code=0 if report.verdict is Verdict.pass_ else 1)
+
+
+@app.command()
+def problems(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
+    """List the problem catalogue."""
+    catalogue = load_catalogue()
+    if as_json:
+        typer.echo(json.dumps([
+            {"name": p.name, "description": p.definition.description, "inputs": list(p.definition.inputs),
+             "outputs": list(p.definition.outputs), "probes": [s.name for s in p.spec.probes],
+             "examples": sorted(p.example_solutions())}
+            for p in catalogue
+        ]))
+        return
+    table = Table(title="kernel-audit problems")
+    for col in ("name", "inputs", "outputs", "probes", "examples"):
+        table.add_column(col, overflow="fold")
+    for p in catalogue:
+        table.add_row(p.name, ", ".join(p.definition.inputs), ", ".join(p.definition.outputs),
+                      str(len(p.spec.probes)), ", ".join(sorted(p.example_solutions())))
+    Console().print(table)
+
+
+if __name__ == "__main__":
+    app()

@@ -1,0 +1,23 @@
+"""A format error names the file, the field and what was expected."""
+
+from __future__ import annotations
+
+from pydantic import ValidationError
+
+
+class FormatError(ValueError):
+    """An input file that does not follow the SOL-ExecBench format."""
+
+    def __init__(self, source: str, problems: list[str]) -> None:
+        self.source = source
+        self.problems = problems
+        super().__init__(f"{source}: " + "; ".join(problems))
+
+
+def describe_validation_error(err: ValidationError) -> list[str]:
+    """Turn pydantic's errors into 'field.path: what was expected' lines."""
+    lines = []
+    for e in err.errors():
+        loc = ".".join(str(p) for p in e["loc"]) or "(root)"
+        lines.append(f"{loc}: {e['msg']}")
+    return lines

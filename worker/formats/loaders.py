@@ -1,0 +1,83 @@
+"""Read the formats from disk, turning every failure into a FormatError."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from worker.formats.definition import Definition
+from worker.formats.errors import FormatError, describe_validation_error
+from worker.formats.solution import Solution, SolutionSpec, SourceFile
+from worker.formats.workload import Workload
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def parse_model(model: type[M], data: object, source: str) -> M:
+    try:
+        return model.model_validate(data)
+    except ValidationError as err:
+        raise FormatError(source, describe_validation_error(err)) from err
+
+
+def _read_json(path: Path) -> object:
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError as err:
+        raise FormatError(str(path), ["file not found"]) from err
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise FormatError(str(path), [f"not valid JSON: {err}"]) from err
+
+
+def load_definition(path: Path) -> Definition:
+    return parse_model(Definition, _read_json(path), str(path))
+
+
+def load_solution(path: Path) -> Solution:
+    return parse_model(Solution, _read_json(path), str(path))
+
+
+def load_workloads(path: Path) -> list[Workload]:
+    try:
+        lines = path.read_text().splitlines()
+    except FileNotFoundError as err:
+        raise FormatError(str(path), ["file not found"]) from err
+    out = []
+    for i, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            data = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise FormatError(f"{path}:{i}", [f"not valid JSON: {err}"]) from err
+        out.append(parse_model(Workload, data, f"{path}:{i}"))
+    return out
+
+
+def solution_from_python_file(path: Path, definition: str, *, destination_passing_style: bool = True,
+                              entry_function: str = "run") -> Solution:
+    """The shorthand: a single .py file with a `run` function is a python solution."""
+    try:
+        content = path.read_text()
+    except (FileNotFoundError, UnicodeDecodeError) as err:
+        raise FormatError(str(path), [f"cannot read: {err}"]) from err
+    uses_triton = "import triton" in content or "from triton" in content
+    return parse_model(
+        Solution,
+        Solution(
+            name=path.stem,
+            definition=definition,
+            author="",
+            description=f"single-file shorthand for {path.name}",
+            spec=SolutionSpec(
+                language="triton" if uses_triton else "python",
+                entry_point=f"{path.name}::{entry_function}",
+                destination_passing_style=destination_passing_style,
+            ),
+            sources=[SourceFile(path=path.name, content=content)],
+        ).model_dump(),
+        str(path),
+    )

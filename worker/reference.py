@@ -1,0 +1,39 @@
+"""The definition's PyTorch reference, run in the trusted process."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+import torch
+
+from worker.formats import Definition
+
+
+@dataclass(frozen=True)
+class Reference:
+    definition: Definition
+    module: ModuleType
+
+    @classmethod
+    def of(cls, definition: Definition) -> "Reference":
+        module = ModuleType(f"kaudit_reference_{definition.name}")
+        exec(compile(definition.reference, f"<reference {definition.name}>", "exec"), module.__dict__)  # noqa: S102
+        return cls(definition=definition, module=module)
+
+    @property
+    def run_fn(self) -> Callable[..., Any]:
+        return self.module.run  # type: ignore[no-any-return]
+
+    def run(self, args: list[Any]) -> list[torch.Tensor]:
+        """Value-returning reference: outputs in the definition's output order."""
+        out = self.run_fn(*args)
+        return list(out) if isinstance(out, (tuple, list)) else [out]
+
+    def custom_inputs(self, axes_and_scalars: dict[str, Any], device: torch.device) -> dict[str, torch.Tensor]:
+        name = self.definition.custom_inputs_entrypoint
+        if not name:
+            raise ValueError(f"{self.definition.name}: a workload asks for custom inputs but the definition has no custom_inputs_entrypoint")
+        return getattr(self.module, name)(axes_and_scalars, device)  # type: ignore[no-any-return]

@@ -1,0 +1,236 @@
+"""The trusted side: spawn the child, talk to it, kill its process group on timeout."""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from worker.formats import Solution
+from worker.sandbox import framing
+
+# The only variables a submission's process sees. Database and broker URLs,
+# API keys and webhook secrets never reach it.
+_ENV_ALLOW = (
+    "PATH", "LANG", "LC_ALL", "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "LD_LIBRARY_PATH",
+    "CUDA_HOME", "CUDA_PATH", "TRITON_INTERPRET", "TRITON_PTXAS_PATH", "PYTHONPATH", "VIRTUAL_ENV",
+    "OMP_NUM_THREADS", "NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS",
+)
+
+
+class SandboxError(RuntimeError):
+    """The child could not do what was asked; `kind` says why, `log` holds its stderr tail."""
+
+    kind = "sandbox"
+
+    def __init__(self, message: str, log: str = "") -> None:
+        super().__init__(message)
+        self.log = log
+
+
+class SandboxTimeout(SandboxError):
+    kind = "timeout"
+
+
+class SandboxCrash(SandboxError):
+    kind = "crash"
+
+
+class SubmissionError(SandboxError):
+    """The submission raised (import error, exception in the kernel, wrong return)."""
+
+    kind = "submission"
+
+
+def scrubbed_env(home: Path) -> dict[str, str]:
+    env = {k: os.environ[k] for k in _ENV_ALLOW if k in os.environ}
+    env.update(
+        HOME=str(home),
+        TMPDIR=str(home),
+        TRITON_CACHE_DIR=str(home / ".triton"),
+        PYTHONDONTWRITEBYTECODE="1",
+        PYTHONUNBUFFERED="1",
+    )
+    return env
+
+
+def _limit_resources() -> None:  # runs in the child before exec
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    resource.setrlimit(resource.RLIMIT_FSIZE, (2 * 1024**3, 2 * 1024**3))
+    soft, hard = resource.getrlimit(resource.RLIMIT_NPROC)
+    del soft, hard
+
+
+class Sandbox:
+    """One child process per audit; `request` sends an op and waits for its reply."""
+
+    def __init__(self, device: str = "cpu", *, default_timeout_s: float = 300.0, start_timeout_s: float = 120.0) -> None:
+        self.device = device
+        self.default_timeout_s = default_timeout_s
+        self.start_timeout_s = start_timeout_s
+        self._tmp: tempfile.TemporaryDirectory[str] | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._to_child = -1
+        self._from_child = -1
+        self._loaded: Solution | None = None
+
+    # lifecycle -----------------------------------------------------------
+    def start(self) -> None:
+        self._tmp = tempfile.TemporaryDirectory(prefix="kaudit-sbx-")
+        home = Path(self._tmp.name)
+        c_read, p_write = os.pipe()
+        p_read, c_write = os.pipe()
+        self._stderr_path = home / "child.log"
+        stderr = open(self._stderr_path, "wb")  # noqa: SIM115 - closed after Popen
+        self._proc = subprocess.Popen(
+            [sys.executable, "-m", "worker.sandbox.child", str(c_read), str(c_write)],
+            cwd=home,
+            env=scrubbed_env(home),
+            stdin=subprocess.DEVNULL,
+            stdout=stderr,
+            stderr=stderr,
+            pass_fds=(c_read, c_write),
+            start_new_session=True,
+            preexec_fn=_limit_resources,
+        )
+        stderr.close()
+        os.close(c_read)
+        os.close(c_write)
+        self._to_child, self._from_child = p_write, p_read
+        self.request("hello", {"device": self.device}, timeout_s=self.start_timeout_s)
+
+    def close(self) -> None:
+        if self._proc is not None:
+            self._kill()
+        for fd in (self._to_child, self._from_child):
+            if fd >= 0:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+        self._to_child = self._from_child = -1
+        if self._tmp is not None:
+            self._tmp.cleanup()
+            self._tmp = None
+        self._loaded = None
+
+    def _kill(self) -> None:
+        assert self._proc is not None
+        try:
+            os.killpg(self._proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        try:
+            self._proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+        self._proc = None
+
+    def __enter__(self) -> "Sandbox":
+        self.start()
+        return self
+
+    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None) -> None:
+        self.close()
+
+    @property
+    def alive(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def log_tail(self, n: int = 4000) -> str:
+        try:
+            return self._stderr_path.read_bytes()[-n:].decode(errors="replace")
+        except (OSError, AttributeError):
+            return ""
+
+    # protocol ------------------------------------------------------------
+    def request(self, op: str, payload: dict[str, Any], *, timeout_s: float | None = None) -> dict[str, Any]:
+        if self._proc is None:
+            raise SandboxCrash("sandbox is not running")
+        timeout = timeout_s if timeout_s is not None else self.default_timeout_s
+        try:
+            framing.write_frame(self._to_child, {"op": op, **payload})
+        except (BrokenPipeError, OSError) as err:
+            log = self.log_tail()
+            self.close()
+            raise SandboxCrash(f"the submission's process died ({err})", log) from err
+        deadline = time.monotonic() + timeout
+        ready, _, _ = select.select([self._from_child], [], [], max(0.0, deadline - time.monotonic()))
+        if not ready:
+            log = self.log_tail()
+            self.close()
+            raise SandboxTimeout(f"'{op}' did not finish within {timeout:.0f} s; the process group was killed", log)
+        try:
+            reply = self._read_with_deadline(deadline)
+        except (EOFError, OSError, ValueError) as err:
+            code = self._proc.poll() if self._proc else None
+            log = self.log_tail()
+            self.close()
+            raise SandboxCrash(f"the submission's process died during '{op}' (exit code {code})", log) from err
+        except Exception as err:  # a frame that is not safe tensors-and-data: treat as hostile
+            log = self.log_tail()
+            self.close()
+            raise SandboxCrash(f"the submission's process sent an unreadable reply to '{op}': {err}", log) from err
+        if not reply.get("ok", False):
+            kind = reply.get("kind", "submission")
+            message = str(reply.get("error", "unknown error"))
+            if kind == "harness":
+                raise SandboxError(message, self.log_tail())
+            raise SubmissionError(message, str(reply.get("traceback", "")))
+        return reply
+
+    def _read_with_deadline(self, deadline: float) -> dict[str, Any]:
+        # a reply can arrive in pieces; each read waits only until the deadline
+        def wait() -> None:
+            left = deadline - time.monotonic()
+            ready, _, _ = select.select([self._from_child], [], [], max(0.0, left))
+            if not ready:
+                raise SandboxTimeout("reply did not arrive in time", self.log_tail())
+
+        header = self._read_n(framing._HEADER.size, wait)
+        (n,) = framing._HEADER.unpack(header)
+        if n > framing.MAX_FRAME:
+            raise ValueError("oversized frame")
+        return framing.decode(self._read_n(n, wait))
+
+    def _read_n(self, n: int, wait: Any) -> bytes:
+        chunks = []
+        while n:
+            wait()
+            chunk = os.read(self._from_child, min(n, 1 << 24))
+            if not chunk:
+                raise EOFError("pipe closed")
+            chunks.append(chunk)
+            n -= len(chunk)
+        return b"".join(chunks)
+
+    # ops -----------------------------------------------------------------
+    def load(self, solution: Solution) -> dict[str, Any]:
+        reply = self.request(
+            "load",
+            {
+                "sources": [{"path": s.path, "content": s.content} for s in solution.sources],
+                "entry_file": solution.spec.entry_file,
+                "entry_function": solution.spec.entry_function,
+                "dps": solution.spec.destination_passing_style,
+            },
+        )
+        self._loaded = solution
+        return reply
+
+    def ensure(self, solution: Solution) -> None:
+        """Start (or restart after a crash) and load the solution."""
+        if not self.alive:
+            self.close()
+            self.start()
+        if self._loaded is not solution:
+            self.load(solution)

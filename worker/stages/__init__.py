@@ -1,0 +1,1 @@
+"""Audit stages: each returns a StageResult (worker.stages.result)."""

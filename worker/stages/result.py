@@ -1,0 +1,57 @@
+"""The one shape every stage returns, and the whole report."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+
+class StageStatus(StrEnum):
+    passed = "passed"
+    failed = "failed"
+    error = "error"
+    skipped = "skipped"
+
+
+class Verdict(StrEnum):
+    pass_ = "pass"
+    fail = "fail"
+    error = "error"
+
+
+# worst first: a verdict is the worst stage
+_SEVERITY = {StageStatus.error: 3, StageStatus.failed: 2, StageStatus.passed: 1, StageStatus.skipped: 0}
+
+
+class StageResult(BaseModel):
+    name: str
+    status: StageStatus
+    summary: str = Field(description="one line a kernel author understands")
+    metrics: dict[str, Any] = Field(default_factory=dict)
+    evidence: dict[str, Any] = Field(default_factory=dict, description="enough to reproduce: seeds, inputs, curves")
+    duration_s: float = 0.0
+
+    @property
+    def severity(self) -> int:
+        return _SEVERITY[self.status]
+
+
+class AuditReport(BaseModel):
+    definition: str
+    solution: str
+    device: str
+    profile: str
+    verdict: Verdict
+    summary: str
+    stages: list[StageResult]
+
+    @staticmethod
+    def verdict_of(stages: list[StageResult]) -> Verdict:
+        worst = max((s.severity for s in stages), default=0)
+        if worst >= _SEVERITY[StageStatus.error]:
+            return Verdict.error
+        if worst >= _SEVERITY[StageStatus.failed]:
+            return Verdict.fail
+        return Verdict.pass_

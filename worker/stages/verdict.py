@@ -1,0 +1,34 @@
+"""Stage 6, verdict: the worst stage, and a diagnosis where one can be made."""
+
+from __future__ import annotations
+
+from worker.stages.result import AuditReport, StageResult, StageStatus, Verdict
+
+NAME = "verdict"
+
+
+def judge(stages: list[StageResult]) -> StageResult:
+    verdict = AuditReport.verdict_of(stages)
+    bad = [s for s in stages if s.status in (StageStatus.failed, StageStatus.error)]
+    if verdict is Verdict.pass_:
+        ran = [s.name for s in stages if s.status is StageStatus.passed]
+        summary = "pass: " + ", ".join(ran) + " passed"
+        status = StageStatus.passed
+    else:
+        first = bad[0]
+        diag = [d for s in bad for d in s.metrics.get("diagnosis", [])] if bad else []
+        summary = f"{verdict.value}: caught by {first.name}: {first.summary}"
+        if diag:
+            summary += f" | diagnosis: {diag[0]}"
+        status = StageStatus.failed if verdict is Verdict.fail else StageStatus.error
+    return StageResult(
+        name=NAME,
+        status=status,
+        summary=summary,
+        metrics={
+            "verdict": verdict.value,
+            "caught_by": [s.name for s in bad],
+            "passes_benchmark": next((s.status is StageStatus.passed for s in stages if s.name == "benchmark"), None),
+            "numerically_sound": next((s.status is StageStatus.passed for s in stages if s.name == "probes"), None),
+        },
+    )
