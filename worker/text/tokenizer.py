@@ -1,0 +1,71 @@
+"""A byte-level BPE trained on the corpus with HF `tokenizers`: deterministic, cached on disk."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+import torch
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+from worker.text.corpus import corpus_text
+
+
+def cache_dir() -> Path:
+    root = Path(os.environ.get("KAUDIT_CACHE_DIR", Path.home() / ".cache" / "kernel-audit"))
+    root.mkdir(parents=True, exist_ok=True)
+    return root
+
+
+def _train(vocab_size: int) -> Tokenizer:
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        min_frequency=2,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    text = corpus_text()
+    chunks = text.split("\n")
+    tok.train_from_iterator(chunks, trainer=trainer, length=len(chunks))
+    return tok
+
+
+@lru_cache(maxsize=8)
+def get_tokenizer(vocab_size: int) -> Tokenizer:
+    """BPE with at most `vocab_size` ids (the corpus may support fewer); trained once, then read from cache."""
+    key = hashlib.sha256(f"kjv-bpe-v1-{vocab_size}".encode()).hexdigest()[:16]
+    path = cache_dir() / f"tokenizer-{vocab_size}-{key}.json"
+    if path.exists():
+        return Tokenizer.from_file(str(path))
+    tok = _train(vocab_size)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tok.save(str(tmp))
+    tmp.replace(path)
+    return tok
+
+
+@lru_cache(maxsize=8)
+def _ids_array(vocab_size: int) -> np.ndarray:
+    key = hashlib.sha256(f"kjv-ids-v1-{vocab_size}".encode()).hexdigest()[:16]
+    path = cache_dir() / f"ids-{vocab_size}-{key}.npy"
+    if path.exists():
+        return np.load(path)
+    tok = get_tokenizer(vocab_size)
+    lines = corpus_text().split("\n")
+    encs = tok.encode_batch([line + "\n" for line in lines])
+    ids = np.fromiter((i for e in encs for i in e.ids), dtype=np.int64)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp.npy")
+    np.save(tmp, ids)
+    tmp.replace(path)
+    return ids
+
+
+def corpus_token_ids(vocab_size: int) -> torch.Tensor:
+    """The whole corpus as one int64 token stream (about 1.1M tokens at 16k vocab)."""
+    return torch.from_numpy(_ids_array(vocab_size).copy())
