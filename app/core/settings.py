@@ -1,0 +1,78 @@
+"""All configuration, from the environment (KAUDIT_ prefix, plus DATABASE_URL and REDIS_URL)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import AliasChoices, Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="KAUDIT_", extra="ignore")
+
+    database_url: str = Field(
+        default="sqlite:///.kaudit/kaudit.db",
+        validation_alias=AliasChoices("DATABASE_URL", "KAUDIT_DATABASE_URL"),
+        description="postgresql://... in production (psycopg 3), sqlite:///path on the embedded default",
+    )
+    redis_url: str | None = Field(default=None, validation_alias=AliasChoices("REDIS_URL", "KAUDIT_REDIS_URL"))
+    broker_url: str | None = Field(default=None, description="overrides REDIS_URL as the Celery broker (filesystem:// embedded)")
+    broker_dir: Path = Path(".kaudit/broker")
+    db_pool_size: int = 10
+
+    # queues: one worker per GPU listens on gpu, CPU-profile audits go to cpu
+    device: str = "cpu"
+    queue_prefix: str = ""
+    audit_stages: str | None = Field(default=None, description="comma-separated stages to run (default: all)")
+    catalogue_root: Path | None = None
+
+    # leases and the reaper
+    lease_s: float = 120.0
+    heartbeat_s: float = 15.0
+    requeue_after_s: float = 120.0
+    reaper_interval_s: float = 30.0
+    max_claims: int = 3
+    soft_time_limit_s: int = 3600
+    hard_time_limit_s: int = 3900
+
+    # API
+    body_limit_bytes: int = 1024 * 1024
+    rate_limit: str = "120/minute"
+    rate_limit_storage_url: str | None = Field(default=None, description="memory:// or redis://; default: REDIS_URL, else memory")
+    public_url: str = ""
+
+    @property
+    def sqlalchemy_url(self) -> str:
+        url = self.database_url
+        for prefix in ("postgres://", "postgresql://"):
+            if url.startswith(prefix):
+                return "postgresql+psycopg://" + url[len(prefix):]
+        return url
+
+    @property
+    def is_sqlite(self) -> bool:
+        return self.sqlalchemy_url.startswith("sqlite")
+
+    @property
+    def celery_broker(self) -> str:
+        if self.broker_url:
+            return self.broker_url
+        if self.redis_url:
+            return self.redis_url
+        return "filesystem://"
+
+    @property
+    def limits_storage(self) -> str:
+        if self.rate_limit_storage_url:
+            return self.rate_limit_storage_url
+        return self.redis_url or "memory://"
+
+    @property
+    def audit_queue(self) -> str:
+        return self.queue_prefix + ("gpu" if self.device.startswith("cuda") else "cpu")
+
+    @property
+    def visibility_timeout_s(self) -> int:
+        """Above the hard limit, so Redis never re-delivers a task that is still allowed to run."""
+        return self.hard_time_limit_s + 600

@@ -1,0 +1,65 @@
+"""The FastAPI app factory: everything the app holds is built here from Settings (no module-level state)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.openapi.utils import get_openapi
+
+from app.audits.queue import AuditQueue
+from app.auth.ratelimit import RateLimiter
+from app.auth.router import router as auth_router
+from app.core.bodylimit import BodyLimitMiddleware
+from app.core.db import make_engine, make_sessionmaker
+from app.core.settings import Settings
+from app.leaderboard.router import router as leaderboard_router
+from app.problems.router import router as problems_router
+from app.problems.service import ProblemIndex
+from app.submissions.router import router as submissions_router
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or Settings()
+    engine = make_engine(settings)
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        yield
+        engine.dispose()
+
+    app = FastAPI(title="kernel-audit", version="0.1.0", lifespan=lifespan,
+                  description="Audits GPU kernel submissions (SOL-ExecBench formats) for what the benchmark's verifier misses.")
+    from worker.tasks.factory import make_celery
+
+    app.state.settings = settings
+    app.state.engine = engine
+    app.state.sessions = make_sessionmaker(engine)
+    app.state.queue = AuditQueue(make_celery(settings))
+    app.state.limiter = RateLimiter(settings.limits_storage, settings.rate_limit)
+    app.state.problems = ProblemIndex()
+    app.add_middleware(BodyLimitMiddleware, limit=settings.body_limit_bytes)
+    for r in (submissions_router, problems_router, leaderboard_router, auth_router):
+        app.include_router(r)
+
+    @app.get("/healthz", tags=["meta"])
+    def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            from worker.formats import Solution
+
+            schema = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
+            sol = Solution.model_json_schema(ref_template="#/components/schemas/{model}")
+            comps = schema.setdefault("components", {}).setdefault("schemas", {})
+            comps.update(sol.pop("$defs", {}))
+            comps["Solution"] = sol
+            comps["HTTPValidationError"] = {"type": "object", "properties": {"detail": {}}}  # ours also carry 'errors'
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+    return app

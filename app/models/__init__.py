@@ -1,0 +1,17 @@
+from app.models.base import Base, new_id
+from app.models.tables import (
+    AUDIT_STATUSES,
+    FINISHED,
+    ApiKey,
+    Audit,
+    Problem,
+    StageResultRow,
+    Submission,
+    WebhookDelivery,
+    WebhookEndpoint,
+)
+
+__all__ = [
+    "AUDIT_STATUSES", "FINISHED", "ApiKey", "Audit", "Base", "Problem", "StageResultRow", "Submission",
+    "WebhookDelivery", "WebhookEndpoint", "new_id",
+]

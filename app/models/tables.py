@@ -1,0 +1,121 @@
+"""SQLAlchemy 2.0 models: the database is the source of truth for every submission and audit."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import JSON, BigInteger, Boolean, DateTime, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint
+from sqlalchemy.orm import Mapped, mapped_column, relationship
+
+from app.core.db import utcnow
+from app.models.base import Base, new_id
+
+AUDIT_STATUSES = ("queued", "running", "passed", "failed", "error", "timed_out")
+FINISHED = ("passed", "failed", "error", "timed_out")
+
+
+class Problem(Base):
+    __tablename__ = "problems"
+    name: Mapped[str] = mapped_column(String(200), primary_key=True)
+    description: Mapped[str] = mapped_column(Text, default="")
+    content_hash: Mapped[str] = mapped_column(String(64))
+    definition: Mapped[dict[str, Any]] = mapped_column(JSON)
+    probes: Mapped[list[str]] = mapped_column(JSON, default=list)
+    synced_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+
+
+class ApiKey(Base):
+    __tablename__ = "api_keys"
+    id: Mapped[str] = mapped_column(String(32), primary_key=True, default=new_id)
+    submitter: Mapped[str] = mapped_column(String(200), index=True)
+    prefix: Mapped[str] = mapped_column(String(16), doc="first characters of the key, for people to tell keys apart")
+    key_hash: Mapped[str] = mapped_column(String(64), unique=True, doc="sha256 of the key; the key itself is never stored")
+    scopes: Mapped[str] = mapped_column(String(200), default="submit")
+    rate_limit: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+    revoked_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
+
+
+class Submission(Base):
+    __tablename__ = "submissions"
+    __table_args__ = (UniqueConstraint("api_key_id", "idempotency_key"), Index("ix_submissions_problem_created", "problem_name", "created_at"))
+    id: Mapped[str] = mapped_column(String(32), primary_key=True, default=new_id)
+    problem_name: Mapped[str] = mapped_column(ForeignKey("problems.name"))
+    api_key_id: Mapped[str] = mapped_column(ForeignKey("api_keys.id"), index=True)
+    submitter: Mapped[str] = mapped_column(String(200))
+    solution_name: Mapped[str] = mapped_column(String(200))
+    source: Mapped[dict[str, Any]] = mapped_column(JSON, doc="the solution.json as submitted")
+    source_hash: Mapped[str] = mapped_column(String(64), index=True)
+    idempotency_key: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+    audits: Mapped[list[Audit]] = relationship(back_populates="submission", order_by="Audit.attempt")
+
+
+class Audit(Base):
+    __tablename__ = "audits"
+    __table_args__ = (UniqueConstraint("submission_id", "attempt"), Index("ix_audits_status_enqueued", "status", "enqueued_at"))
+    id: Mapped[str] = mapped_column(String(32), primary_key=True, default=new_id)
+    submission_id: Mapped[str] = mapped_column(ForeignKey("submissions.id"), index=True)
+    attempt: Mapped[int] = mapped_column(Integer, default=1, doc="1 for the first audit, +1 per re-audit")
+    status: Mapped[str] = mapped_column(String(16), default="queued")
+    reason: Mapped[str] = mapped_column(String(200), default="submitted")
+    problem_hash: Mapped[str] = mapped_column(String(64))
+    seed: Mapped[int] = mapped_column(BigInteger, doc="secret: inputs are drawn from it; never shown before the audit ends")
+    stages: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    device: Mapped[str] = mapped_column(String(32), default="cpu")
+    queue: Mapped[str] = mapped_column(String(64), default="cpu")
+    enqueued_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
+    claims: Mapped[int] = mapped_column(Integer, default=0, doc="how many times a worker took the lease")
+    lease_owner: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    lease_expires_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
+    heartbeat_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+    started_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
+    verdict: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    summary: Mapped[str | None] = mapped_column(Text, nullable=True)
+    submission: Mapped[Submission] = relationship(back_populates="audits")
+    stage_results: Mapped[list[StageResultRow]] = relationship(order_by="StageResultRow.position")
+
+
+class StageResultRow(Base):
+    __tablename__ = "stage_results"
+    __table_args__ = (UniqueConstraint("audit_id", "name"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    audit_id: Mapped[str] = mapped_column(ForeignKey("audits.id"), index=True)
+    name: Mapped[str] = mapped_column(String(32))
+    position: Mapped[int] = mapped_column(Integer)
+    status: Mapped[str] = mapped_column(String(16))
+    summary: Mapped[str] = mapped_column(Text)
+    metrics: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    evidence: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    duration_s: Mapped[float] = mapped_column(Float, default=0.0)
+    worker: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+
+
+class WebhookEndpoint(Base):
+    __tablename__ = "webhook_endpoints"
+    id: Mapped[str] = mapped_column(String(32), primary_key=True, default=new_id)
+    api_key_id: Mapped[str] = mapped_column(ForeignKey("api_keys.id"), index=True)
+    url: Mapped[str] = mapped_column(String(2000))
+    secret: Mapped[str] = mapped_column(String(128), doc="HMAC key for the signature header")
+    events: Mapped[list[str]] = mapped_column(JSON, default=list)
+    active: Mapped[bool] = mapped_column(Boolean, default=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+
+
+class WebhookDelivery(Base):
+    __tablename__ = "webhook_deliveries"
+    __table_args__ = (UniqueConstraint("endpoint_id", "audit_id", "event"),)
+    id: Mapped[str] = mapped_column(String(32), primary_key=True, default=new_id)
+    endpoint_id: Mapped[str] = mapped_column(ForeignKey("webhook_endpoints.id"), index=True)
+    audit_id: Mapped[str] = mapped_column(ForeignKey("audits.id"), index=True)
+    event: Mapped[str] = mapped_column(String(64))
+    payload: Mapped[dict[str, Any]] = mapped_column(JSON)
+    status: Mapped[str] = mapped_column(String(16), default="pending")
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    next_attempt_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
+    last_response_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)

@@ -1,0 +1,76 @@
+"""The problems table mirrors the catalogue; a changed problem re-audits every stored submission of it."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from app.audits import repository as audits
+from app.core.db import utcnow
+from app.core.settings import Settings
+from app.models import Audit, Problem, Submission
+from app.problems.schemas import ProblemDetail, ProblemSummary, SyncResult
+
+
+def sync_catalogue(session: Session, catalogue, settings: Settings) -> tuple[SyncResult, list[Audit]]:  # type: ignore[no-untyped-def]
+    """Upsert every catalogue problem; returns the result and the new audits (commit, then enqueue them)."""
+    added, changed, unchanged, new_audits = [], [], [], []
+    for p in catalogue:
+        row = session.get(Problem, p.name)
+        definition = p.definition.model_dump(mode="json")
+        probes = [s.name for s in p.spec.probes]
+        if row is None:
+            session.add(Problem(name=p.name, description=p.definition.description or "", content_hash=p.content_hash,
+                                definition=definition, probes=probes, synced_at=utcnow()))
+            added.append(p.name)
+            continue
+        if row.content_hash == p.content_hash:
+            unchanged.append(p.name)
+            continue
+        row.content_hash, row.definition, row.probes, row.synced_at = p.content_hash, definition, probes, utcnow()
+        row.description = p.definition.description or ""
+        changed.append(p.name)
+        for sub in session.scalars(select(Submission).where(Submission.problem_name == p.name)):
+            new_audits.append(reaudit(session, sub, p.content_hash, settings, reason="problem checks changed"))
+    session.flush()
+    return SyncResult(added=added, changed=changed, unchanged=unchanged, reaudits=len(new_audits)), new_audits
+
+
+def reaudit(session: Session, sub: Submission, problem_hash: str, settings: Settings, reason: str) -> Audit:
+    return audits.new_audit(session, sub, problem_hash=problem_hash, attempt=audits.next_attempt(session, sub.id), reason=reason,
+                            stages=settings.audit_stages, device=settings.device, queue=settings.audit_queue)
+
+
+def _summary(row: Problem) -> dict[str, object]:
+    return dict(name=row.name, description=row.description, content_hash=row.content_hash,
+                inputs=list(row.definition.get("inputs", {})), outputs=list(row.definition.get("outputs", {})), probes=row.probes)
+
+
+def list_problems(session: Session) -> list[ProblemSummary]:
+    return [ProblemSummary(**_summary(r)) for r in session.scalars(select(Problem).order_by(Problem.name))]
+
+
+def get_problem(session: Session, name: str) -> ProblemDetail | None:
+    row = session.get(Problem, name)
+    return None if row is None else ProblemDetail(**_summary(row), definition=row.definition, synced_at=row.synced_at)
+
+
+class ProblemIndex:
+    """Name -> content hash of known problems, re-read at most every `ttl_s` (POST checks it on every call)."""
+
+    def __init__(self, ttl_s: float = 5.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self._ttl, self._clock = ttl_s, clock
+        self._names: dict[str, str] = {}
+        self._at = float("-inf")
+
+    def get(self, session: Session) -> dict[str, str]:
+        if self._clock() - self._at > self._ttl:
+            self._names = {name: h for name, h in session.execute(select(Problem.name, Problem.content_hash))}
+            self._at = self._clock()
+        return self._names
+
+    def invalidate(self) -> None:
+        self._at = float("-inf")

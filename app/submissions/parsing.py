@@ -1,0 +1,68 @@
+"""Turn a request body (solution.json, or a multipart .py upload) into a Solution, or field/reason errors."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from worker.formats import FormatError, Solution, SolutionSpec, SourceFile
+from worker.formats.loaders import parse_model
+
+from app.submissions.schemas import FieldError
+
+
+class InvalidSubmission(Exception):
+    def __init__(self, errors: list[FieldError]) -> None:
+        super().__init__("; ".join(f"{e.field}: {e.reason}" for e in errors))
+        self.errors = errors
+
+
+def _errors(err: FormatError) -> list[FieldError]:
+    out = []
+    for p in err.problems:
+        field, _, reason = p.partition(": ")
+        out.append(FieldError(field=field, reason=reason) if reason else FieldError(field="(root)", reason=p))
+    return out
+
+
+def solution_from_json(body: bytes) -> tuple[Solution, dict[str, Any]]:
+    try:
+        data = json.loads(body)
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise InvalidSubmission([FieldError(field="(body)", reason=f"not valid JSON: {err}")]) from err
+    try:
+        return parse_model(Solution, data, "solution.json"), data
+    except FormatError as err:
+        raise InvalidSubmission(_errors(err)) from err
+
+
+def solution_from_upload(filename: str, content: bytes, definition: str, entry_function: str = "run",
+                         destination_passing_style: bool = True) -> tuple[Solution, dict[str, Any]]:
+    errors = []
+    if not filename.endswith(".py") or "/" in filename or "\\" in filename or filename.startswith("."):
+        errors.append(FieldError(field="file", reason="must be a single .py file"))
+    try:
+        text = content.decode()
+    except UnicodeDecodeError:
+        errors.append(FieldError(field="file", reason="must be UTF-8 text"))
+        text = ""
+    if not definition:
+        errors.append(FieldError(field="definition", reason="a .py upload needs the definition name"))
+    if errors:
+        raise InvalidSubmission(errors)
+    data = {
+        "name": filename[:-3] or "solution",
+        "definition": definition,
+        "author": "",
+        "description": f"single-file upload of {filename}",
+        "spec": {"language": "triton" if ("import triton" in text or "from triton" in text) else "python",
+                 "entry_point": f"{filename}::{entry_function}", "destination_passing_style": destination_passing_style},
+        "sources": [{"path": filename, "content": text}],
+    }
+    try:
+        return parse_model(Solution, data, filename), data
+    except FormatError as err:
+        raise InvalidSubmission(_errors(err)) from err
+
+
+__all__ = ["InvalidSubmission", "SolutionSpec", "SourceFile", "solution_from_json", "solution_from_upload"]

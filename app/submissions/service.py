@@ -1,0 +1,96 @@
+"""Accept a submission: one transaction writes the submission and its queued audit; the broker hears of it after."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from app.audits import repository as audits
+from app.audits.queue import AuditQueue
+from app.auth.dependencies import Principal
+from app.core.settings import Settings
+from app.models import Audit, Submission
+from app.submissions import repository
+from app.submissions.schemas import StageOut, SubmissionStatus
+
+
+class IdempotencyConflict(Exception):
+    pass
+
+
+@dataclass(frozen=True)
+class Accepted:
+    submission: Submission
+    audit: Audit
+    replay: bool
+    queue_position: int | None
+
+
+def source_hash(data: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(data, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def _replay(session: Session, existing: Submission, digest: str) -> Accepted:
+    if existing.source_hash != digest:
+        raise IdempotencyConflict("this Idempotency-Key was used for a different body")
+    audit = audits.latest_audit(session, existing.id)
+    assert audit is not None
+    pos = audits.queue_position(session, audit) if audit.status == "queued" else None
+    return Accepted(existing, audit, True, pos)
+
+
+def submit(session: Session, queue: AuditQueue, settings: Settings, principal: Principal, *, problem_name: str, problem_hash: str,
+           solution_name: str, data: dict[str, Any], idempotency_key: str | None) -> Accepted:
+    digest = source_hash(data)
+    if idempotency_key:
+        existing = repository.by_idempotency_key(session, principal.key_id, idempotency_key)
+        if existing is not None:
+            return _replay(session, existing, digest)
+    sub = Submission(problem_name=problem_name, api_key_id=principal.key_id, submitter=principal.submitter,
+                     solution_name=solution_name, source=data, source_hash=digest, idempotency_key=idempotency_key)
+    session.add(sub)
+    audit = audits.new_audit(session, sub, problem_hash=problem_hash, attempt=1, reason="submitted", stages=settings.audit_stages,
+                             device=settings.device, queue=settings.audit_queue)
+    try:
+        session.flush()
+        position = audits.queue_position(session, audit)
+        session.commit()
+    except IntegrityError:
+        session.rollback()
+        existing = repository.by_idempotency_key(session, principal.key_id, idempotency_key) if idempotency_key else None
+        if existing is None:
+            raise
+        return _replay(session, existing, digest)
+    queue.send(audit.id, audit.queue)  # after the commit: a worker never sees an audit that is not in the database
+    return Accepted(sub, audit, False, position)
+
+
+def reaudit(session: Session, queue: AuditQueue, settings: Settings, sub: Submission, problem_hash: str) -> Accepted:
+    from app.problems.service import reaudit as new_reaudit
+
+    audit = new_reaudit(session, sub, problem_hash, settings, reason="re-audit requested")
+    session.flush()
+    position = audits.queue_position(session, audit)
+    session.commit()
+    queue.send(audit.id, audit.queue)
+    return Accepted(sub, audit, False, position)
+
+
+def status(session: Session, sub: Submission) -> SubmissionStatus:
+    audit = audits.latest_audit(session, sub.id)
+    assert audit is not None
+    rows = repository.stages_of(session, audit)
+    done = audit.status in ("passed", "failed", "error", "timed_out")
+    return SubmissionStatus(
+        id=sub.id, problem=sub.problem_name, solution_name=sub.solution_name, submitter=sub.submitter, source_hash=sub.source_hash,
+        created_at=sub.created_at, audit_id=audit.id, attempt=audit.attempt, status=audit.status, reason=audit.reason,  # type: ignore[arg-type]
+        started_at=audit.started_at, finished_at=audit.finished_at, verdict=audit.verdict, summary=audit.summary,
+        seed=audit.seed if done else None,
+        stages=[StageOut(name=r.name, status=r.status, summary=r.summary, metrics=r.metrics, evidence=r.evidence,
+                         duration_s=r.duration_s, finished_at=r.created_at) for r in rows],
+    )

@@ -1,0 +1,29 @@
+"""What each example solution in kernels/ is expected to do, stage by stage.
+
+Correct examples pass every stage; the known-bad ones of the story pass the
+benchmark and fail the probes (and the canary). Used by the benchmark scripts.
+"""
+
+from __future__ import annotations
+
+# (problem, solution) -> expected status per stage; stages not named must pass
+KNOWN_BAD: dict[tuple[str, str], dict[str, str]] = {
+    ("embedding_backward", "pytorch_bf16_accum"): {"benchmark": "passed", "probes": "failed", "canary": "failed"},
+    ("embedding_backward", "triton_bf16_atomic"): {"benchmark": "passed", "probes": "failed", "canary": "failed"},
+    ("embedding_rmsnorm_backward", "pytorch_bf16_embed_accum"): {"benchmark": "passed", "probes": "failed", "canary": "failed"},
+    ("embedding_rmsnorm_backward", "triton_bf16_embed_atomic"): {"benchmark": "passed", "probes": "failed", "canary": "failed"},
+    ("rmsnorm_backward", "triton_bf16_partials"): {"probes": "failed"},
+    # correct by Hugging Face semantics, yet the benchmark's elementwise rule can reject it
+    ("rmsnorm_backward", "pytorch_hf_bf16_terms"): {"benchmark": "any"},
+}
+
+
+def expected(problem: str, solution: str, stage: str) -> str:
+    return KNOWN_BAD.get((problem, solution), {}).get(stage, "passed")
+
+
+def runs_on(solution_hw: list[str], device: str) -> bool:
+    if not solution_hw:
+        return True
+    kind = "cuda" if device.startswith("cuda") else "cpu"
+    return any(kind in h.lower() or (kind == "cuda" and h.lower() in ("h100", "h200", "gpu", "nvidia")) for h in solution_hw)

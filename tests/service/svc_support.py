@@ -1,0 +1,179 @@
+"""Helpers for the service tests: real Postgres databases, real Redis, real worker and API processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from app.auth.keys import create_api_key
+from app.core import migrate
+from app.core.db import make_engine, make_sessionmaker
+from app.core.settings import Settings
+from app.problems.service import sync_catalogue
+
+ROOT = Path(__file__).resolve().parents[2]
+PG_ADMIN_URL = os.environ.get("KAUDIT_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
+REDIS_URL = os.environ.get("KAUDIT_TEST_REDIS", "redis://127.0.0.1:6379/0")
+EXAMPLES = ROOT / "kernels" / "embedding_backward" / "solutions"
+
+
+def postgres_reachable() -> str | None:
+    import psycopg
+
+    try:
+        with psycopg.connect(PG_ADMIN_URL, connect_timeout=2):
+            return None
+    except Exception as err:  # noqa: BLE001
+        return f"Postgres at {PG_ADMIN_URL} is unreachable ({err}); set KAUDIT_TEST_PG"
+
+
+def redis_reachable() -> str | None:
+    import redis
+
+    try:
+        redis.Redis.from_url(REDIS_URL, socket_connect_timeout=2).ping()
+        return None
+    except Exception as err:  # noqa: BLE001
+        return f"Redis at {REDIS_URL} is unreachable ({err}); set KAUDIT_TEST_REDIS"
+
+
+def create_pg_database() -> str:
+    import psycopg
+
+    name = f"kaudit_test_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    return PG_ADMIN_URL.rsplit("/", 1)[0] + "/" + name
+
+
+def drop_pg_database(url: str) -> None:
+    import psycopg
+
+    name = url.rsplit("/", 1)[1]
+    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def bootstrap(settings: Settings) -> dict[str, str]:
+    """Migrate, sync the catalogue, and make an admin key and two submitter keys. Returns plaintext keys."""
+    from worker.catalogue import load_catalogue
+
+    migrate.upgrade(settings)
+    engine = make_engine(settings)
+    try:
+        with make_sessionmaker(engine)() as s:
+            sync_catalogue(s, load_catalogue(), settings)
+            keys = {
+                "admin": create_api_key(s, "admin", ("submit", "admin"), "100000/minute")[1],
+                "alice": create_api_key(s, "alice", ("submit",), "100000/minute")[1],
+                "bob": create_api_key(s, "bob", ("submit",), "100000/minute")[1],
+            }
+            s.commit()
+    finally:
+        engine.dispose()
+    return keys
+
+
+def env_for(settings: Settings, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KAUDIT_") and k not in ("DATABASE_URL", "REDIS_URL")}
+    env["DATABASE_URL"] = settings.database_url
+    if settings.redis_url:
+        env["REDIS_URL"] = settings.redis_url
+    for name, value in settings.model_dump(exclude={"database_url", "redis_url"}).items():
+        if value is not None:
+            env["KAUDIT_" + name.upper()] = str(value)
+    env.update(extra)
+    return env
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Proc:
+    """A child process in its own process group, with its output in a log file."""
+
+    def __init__(self, argv: list[str], env: dict[str, str], log: Path) -> None:
+        self.log = log
+        self._fh = open(log, "ab")  # noqa: SIM115
+        self.p = subprocess.Popen(argv, env=env, cwd=ROOT, stdout=self._fh, stderr=subprocess.STDOUT, start_new_session=True)
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        try:
+            os.killpg(self.p.pid, sig)
+        except ProcessLookupError:
+            pass
+        try:
+            self.p.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.p.pid, signal.SIGKILL)
+            self.p.wait(timeout=10)
+        self._fh.close()
+
+    def stop(self) -> None:
+        self.kill(signal.SIGTERM)
+
+    def tail(self, n: int = 3000) -> str:
+        return self.log.read_text(errors="replace")[-n:]
+
+
+def start_worker(settings: Settings, log: Path, name: str = "w") -> Proc:
+    argv = [sys.executable, "-m", "celery", "-A", "worker.tasks.celery_app", "worker", "-Q", settings.audit_queue,
+            "--concurrency", "1", "--pool", "prefork", "-n", f"{name}-{uuid.uuid4().hex[:6]}@%h", "--loglevel", "INFO",
+            "--without-gossip", "--without-mingle"]
+    return Proc(argv, env_for(settings), log)
+
+
+def start_api(settings: Settings, log: Path) -> tuple[Proc, str]:
+    port = free_port()
+    argv = [sys.executable, "-m", "uvicorn", "--factory", "app.main:create_app", "--host", "127.0.0.1", "--port", str(port),
+            "--log-level", "warning"]
+    proc = Proc(argv, env_for(settings), log)
+    url = f"http://127.0.0.1:{port}"
+    wait_for(lambda: _healthy(url), 60, f"API did not start: {log}", proc)
+    return proc, url
+
+
+def _healthy(url: str) -> bool:
+    try:
+        return httpx.get(url + "/healthz", timeout=1).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def wait_for(cond: Callable[[], Any], timeout: float, what: str, proc: Proc | None = None, every: float = 0.2) -> Any:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        value = cond()
+        if value:
+            return value
+        time.sleep(every)
+    raise AssertionError(what + ("\n--- log tail ---\n" + proc.tail() if proc else ""))
+
+
+def example(name: str) -> dict[str, Any]:
+    return json.loads((EXAMPLES / name / "solution.json").read_text())
+
+
+def slow_import_solution(marker: Path, sleep_s: float) -> dict[str, Any]:
+    """A correct kernel whose import sleeps the first time (while `marker` does not exist): a long-running audit."""
+    sol = example("pytorch_fp32")
+    src = sol["sources"][0]["content"]
+    prelude = (f"import os as _os, time as _time\n_m = {str(marker)!r}\n"
+               f"if not _os.path.exists(_m):\n    open(_m, 'w').close()\n    _time.sleep({sleep_s})\n")
+    sol["sources"][0]["content"] = prelude + src
+    sol["name"] = "slow_import_" + uuid.uuid4().hex[:6]
+    return sol

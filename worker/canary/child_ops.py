@@ -1,0 +1,57 @@
+"""Served in the submission's child process (op "canary_train"): train with the submission at the site.
+
+Nothing here decides a verdict: the parent evaluates the weights sent back on held-out text
+with its own code; the loss curve sent back is kept as evidence only.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from worker.canary.binding import Kernel, OpBinding
+from worker.canary.profiles import CanaryProfile
+from worker.canary.train import train as run_training
+
+
+def submission_kernel(state: Any) -> Kernel:
+    """The loaded entry point as a Kernel: destination-passing or value-returning, per the solution."""
+    from worker.sandbox.child import _alloc_outputs, _invoke
+
+    def k(args: list[Any], specs: list[dict[str, Any]]) -> list[torch.Tensor]:
+        dev_args = [a.to(state.device) if isinstance(a, torch.Tensor) else a for a in args]
+        outs = _alloc_outputs(state, specs, None)
+        results = _invoke(state, dev_args, outs)
+        if len(results) != len(specs):
+            raise ValueError(f"the kernel returned {len(results)} output(s), expected {len(specs)}")
+        plain = []
+        for r, s in zip(results, specs):
+            if not isinstance(r, torch.Tensor):
+                raise TypeError(f"the kernel returned a {type(r).__name__}, not a tensor")
+            r = torch.Tensor.as_subclass(r.detach(), torch.Tensor).clone()
+            if list(r.shape) != list(s["shape"]) or r.dtype != getattr(torch, s["dtype"]):
+                raise ValueError(f"the kernel returned {r.dtype} {list(r.shape)}, expected {s['dtype']} {s['shape']}")
+            plain.append(r)
+        return plain
+
+    return k
+
+
+def train(state: Any, payload: dict[str, Any]) -> dict[str, Any]:
+    if payload.get("threads"):
+        torch.set_num_threads(int(payload["threads"]))
+    p = CanaryProfile.model_validate(payload["profile"])
+    binding = OpBinding.model_validate(payload["binding"])
+    torch.manual_seed(int(payload["seed"]))
+    out = run_training(
+        p, binding, submission_kernel(state), payload["init"], payload["batches"], payload["optimizer"], state.device,
+        tuple(int(s) for s in payload["checkpoints"]),
+    )
+    steps = sorted(out.checkpoints)
+    return {
+        "ok": True,
+        "losses": out.losses,
+        "checkpoint_steps": steps,
+        "checkpoint_states": [out.checkpoints[s] for s in steps],
+    }

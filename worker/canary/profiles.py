@@ -1,0 +1,93 @@
+"""Canary sizes: a CPU profile that finishes in about a minute on 2 cores, and a GPU profile."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Optimizer = Literal["sgd", "adamw"]
+
+
+class CanaryProfile(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    name: str
+    # model
+    vocab_size: int
+    d_model: int
+    n_layers: int
+    n_heads: int
+    d_ff: int
+    norm_eps: float = 1e-6
+    # data
+    seq_len: int
+    batch_size: int
+    steps: int
+    heldout_fraction: float = 0.05
+    heldout_sequences: int = Field(description="held-out sequences every checkpoint is evaluated on")
+    # optimisers
+    sgd_lr: float = 0.3
+    sgd_momentum: float = 0.9
+    adamw_lr: float = 3e-3
+    adamw_weight_decay: float = 0.01
+    grad_clip: float = 1.0
+    optimizers: tuple[Optimizer, ...] = ("sgd", "adamw")
+    # evidence
+    checkpoints: tuple[int, ...] = Field(description="steps after which weights are kept and evaluated on held-out text")
+    fidelity_steps: tuple[int, ...] = Field(description="steps of the reference SGD run where the op's gradient is checked vs fp64")
+    fidelity_calls_per_step: int = 2
+    # noise floor
+    perturbed_runs: int = Field(description="reference runs with the op output moved by 1 ulp on a random half of elements, per optimiser")
+    repeat_runs: int = Field(description="plain reruns of the reference, per optimiser (GPU atomics are not deterministic)")
+    # rule
+    band_factor: float = Field(3.0, description="a loss gap fails above band_factor x the largest null gap ...")
+    loss_floor: float = Field(description="... and above this many nats, whichever is larger")
+    autocast_bf16: bool = False
+    child_timeout_s: float = 300.0
+
+
+CPU = CanaryProfile(
+    name="cpu",
+    vocab_size=2048,
+    d_model=64,
+    n_layers=2,
+    n_heads=4,
+    d_ff=256,
+    seq_len=64,
+    batch_size=32,
+    steps=100,
+    heldout_sequences=64,
+    checkpoints=(10, 25, 50, 75, 100),
+    fidelity_steps=(0, 50, 100),
+    perturbed_runs=2,
+    repeat_runs=1,
+    loss_floor=0.01,
+    child_timeout_s=180.0,
+)
+
+GPU = CanaryProfile(
+    name="gpu",
+    vocab_size=16384,
+    d_model=256,
+    n_layers=4,
+    n_heads=4,
+    d_ff=1024,
+    seq_len=256,
+    batch_size=32,
+    steps=300,
+    heldout_sequences=128,
+    checkpoints=(25, 50, 100, 200, 300),
+    fidelity_steps=(0, 100, 200, 300),
+    perturbed_runs=2,
+    repeat_runs=1,
+    loss_floor=0.1,
+    autocast_bf16=True,
+    child_timeout_s=300.0,
+)
+
+PROFILES: dict[str, CanaryProfile] = {"cpu": CPU, "gpu": GPU}
+
+
+def profile_for(name: str, **overrides: object) -> CanaryProfile:
+    base = PROFILES[name]
+    return base.model_copy(update=overrides) if overrides else base

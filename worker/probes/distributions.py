@@ -1,0 +1,311 @@
+"""Probe input generators: the distributions real training produces, and adversarial ones.
+
+audit.json `probes[].inputs` maps an input name to {"kind": ..., params}. Inputs are
+generated in the order the probe lists them; each generator sees the axes and the
+inputs generated so far. Float tensor inputs a probe does not list get "normal"
+std 1; int tensors and scalars must be listed.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import torch
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from worker.formats import Definition
+from worker.formats.dtypes import to_torch
+from worker.inputs import Case
+from worker.problem_spec import InputGenerator, ProbeSpec
+from worker.text import corpus_token_ids
+
+
+class ProbeInputError(ValueError):
+    """A probe's inputs cannot be generated as written (an audit.json problem, not the submission's)."""
+
+
+@dataclass(frozen=True)
+class GenContext:
+    """What one generator sees: the input it makes, the axes and the inputs made so far."""
+
+    probe: str
+    name: str
+    shape: tuple[int, ...] | None  # None: a scalar argument
+    dtype: torch.dtype
+    axes: dict[str, int]
+    done: dict[str, Any]
+    gen: torch.Generator
+
+    def axis(self, axis: str) -> int:
+        if axis not in self.axes:
+            raise ProbeInputError(f"probe '{self.probe}', input '{self.name}': unknown axis '{axis}' (axes: {sorted(self.axes)})")
+        return self.axes[axis]
+
+    def earlier(self, name: str) -> Any:
+        if name not in self.done:
+            raise ProbeInputError(
+                f"probe '{self.probe}', input '{self.name}': needs input '{name}', which must be listed before it"
+            )
+        return self.done[name]
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape) if self.shape else 1
+
+    def fail(self, message: str) -> ProbeInputError:
+        return ProbeInputError(f"probe '{self.probe}', input '{self.name}': {message}")
+
+
+class _Params(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class IdsParams(_Params):
+    high_axis: str = "vocab_size"
+
+
+class ZipfParams(IdsParams):
+    s: float = Field(1.0, gt=0)
+
+
+class HotIdParams(IdsParams):
+    fraction: float = Field(0.5, gt=0, le=1)
+
+
+class PaddingParams(IdsParams):
+    fraction: float = Field(0.3, gt=0, le=1)
+    pad_from: str = "padding_idx"
+    base: Literal["zipf_ids", "real_text_ids", "uniform_ids"] = "zipf_ids"
+    s: float = Field(1.0, gt=0)
+
+
+class NormalParams(_Params):
+    std: float = Field(1.0, gt=0)
+    mean: float = 0.0
+
+
+class PositiveParams(_Params):
+    scale: float = Field(1e-3, gt=0)
+
+
+class SharedDirectionParams(_Params):
+    ids_from: str = "indices"
+    std: float = Field(1e-3, gt=0)
+    noise: float = Field(0.1, ge=0)
+
+
+class ScalarParams(_Params):
+    value: int | float | bool
+
+
+class FromAxisParams(_Params):
+    axis: str
+
+
+# --- token ids --------------------------------------------------------------
+
+
+def _as_ids(ctx: GenContext, flat: torch.Tensor) -> torch.Tensor:
+    if ctx.shape is None:
+        raise ctx.fail("id generators make tensors; this input is a scalar")
+    if ctx.dtype.is_floating_point or ctx.dtype == torch.bool:
+        raise ctx.fail(f"id generators make integer tensors; this input is {ctx.dtype}")
+    return flat.reshape(ctx.shape).to(ctx.dtype)
+
+
+def _uniform_flat(ctx: GenContext, high: int) -> torch.Tensor:
+    return torch.randint(0, high, (ctx.numel,), generator=ctx.gen, dtype=torch.int64)
+
+
+def _zipf_flat(ctx: GenContext, high: int, s: float) -> torch.Tensor:
+    ranks = torch.arange(1, high + 1, dtype=torch.float64)
+    probs = ranks.pow(-s)
+    drawn = torch.multinomial(probs / probs.sum(), ctx.numel, replacement=True, generator=ctx.gen)
+    perm = torch.randperm(high, generator=ctx.gen)
+    return perm[drawn]
+
+
+def _real_text_flat(ctx: GenContext, high: int) -> torch.Tensor:
+    stream = corpus_token_ids(high)
+    n = ctx.numel
+    if stream.numel() <= n:
+        stream = stream.repeat(n // max(stream.numel(), 1) + 2)
+    offset = int(torch.randint(0, stream.numel() - n, (1,), generator=ctx.gen))
+    ids = stream[offset : offset + n].clone()
+    if int(ids.max()) >= high:  # the tokenizer never has more ids than asked, but check: ids must be in range
+        raise ctx.fail(f"the {high}-id tokenizer produced id {int(ids.max())}")
+    return ids
+
+
+def uniform_ids(ctx: GenContext, p: IdsParams) -> torch.Tensor:
+    return _as_ids(ctx, _uniform_flat(ctx, ctx.axis(p.high_axis)))
+
+
+def zipf_ids(ctx: GenContext, p: ZipfParams) -> torch.Tensor:
+    return _as_ids(ctx, _zipf_flat(ctx, ctx.axis(p.high_axis), p.s))
+
+
+def real_text_ids(ctx: GenContext, p: IdsParams) -> torch.Tensor:
+    return _as_ids(ctx, _real_text_flat(ctx, ctx.axis(p.high_axis)))
+
+
+def hot_id(ctx: GenContext, p: HotIdParams) -> torch.Tensor:
+    high = ctx.axis(p.high_axis)
+    ids = _uniform_flat(ctx, high)
+    hot = int(torch.randint(0, high, (1,), generator=ctx.gen))
+    positions = torch.randperm(ids.numel(), generator=ctx.gen)[: round(p.fraction * ids.numel())]
+    ids[positions] = hot
+    return _as_ids(ctx, ids)
+
+
+def padding_heavy(ctx: GenContext, p: PaddingParams) -> torch.Tensor:
+    high = ctx.axis(p.high_axis)
+    pad = int(ctx.earlier(p.pad_from))
+    if not 0 <= pad < high:
+        raise ctx.fail(f"pad value {p.pad_from}={pad} is not an id in [0, {high})")
+    if p.base == "zipf_ids":
+        ids = _zipf_flat(ctx, high, p.s)
+    elif p.base == "real_text_ids":
+        ids = _real_text_flat(ctx, high)
+    else:
+        ids = _uniform_flat(ctx, high)
+    positions = torch.randperm(ids.numel(), generator=ctx.gen)[: round(p.fraction * ids.numel())]
+    ids[positions] = pad
+    return _as_ids(ctx, ids)
+
+
+# --- activations ------------------------------------------------------------
+
+
+def _as_float(ctx: GenContext, values: torch.Tensor) -> torch.Tensor:
+    if ctx.shape is None:
+        raise ctx.fail("float generators make tensors; this input is a scalar")
+    if not ctx.dtype.is_floating_point:
+        raise ctx.fail(f"float generators make floating tensors; this input is {ctx.dtype}")
+    return values.reshape(ctx.shape).to(ctx.dtype)
+
+
+def normal(ctx: GenContext, p: NormalParams) -> torch.Tensor:
+    z = torch.randn((ctx.numel,), generator=ctx.gen, dtype=torch.float64)
+    return _as_float(ctx, z * p.std + p.mean)
+
+
+def positive(ctx: GenContext, p: PositiveParams) -> torch.Tensor:
+    z = torch.randn((ctx.numel,), generator=ctx.gen, dtype=torch.float64)
+    return _as_float(ctx, z.abs() * p.scale)
+
+
+def shared_direction(ctx: GenContext, p: SharedDirectionParams) -> torch.Tensor:
+    """Row t = std * (m_t * d[id_t] + noise * z_t): the gradients of one token point one way."""
+    ids = ctx.earlier(p.ids_from)
+    if not isinstance(ids, torch.Tensor) or ids.dtype.is_floating_point:
+        raise ctx.fail(f"ids_from '{p.ids_from}' is not an integer tensor")
+    flat_ids = ids.reshape(-1).to(torch.int64)
+    n = flat_ids.numel()
+    if ctx.shape is None or ctx.numel % max(n, 1):
+        raise ctx.fail(f"shape {ctx.shape} is not a whole number of rows per id ({n} ids)")
+    width = ctx.numel // n
+    directions = torch.randn((int(flat_ids.max()) + 1, width), generator=ctx.gen, dtype=torch.float64)
+    magnitude = 0.5 + torch.rand((n, 1), generator=ctx.gen, dtype=torch.float64)
+    z = torch.randn((n, width), generator=ctx.gen, dtype=torch.float64)
+    rows = p.std * (magnitude * directions[flat_ids] + p.noise * z)
+    return _as_float(ctx, rows)
+
+
+# --- scalars ----------------------------------------------------------------
+
+
+def _as_scalar(ctx: GenContext, value: int | float | bool) -> Any:
+    if ctx.shape is not None:
+        return torch.full(ctx.shape, value, dtype=ctx.dtype)
+    if ctx.dtype == torch.bool:
+        return bool(value)
+    if ctx.dtype.is_floating_point:
+        return float(value)
+    return int(value)
+
+
+def scalar(ctx: GenContext, p: ScalarParams) -> Any:
+    return _as_scalar(ctx, p.value)
+
+
+def from_axis(ctx: GenContext, p: FromAxisParams) -> Any:
+    return _as_scalar(ctx, ctx.axis(p.axis))
+
+
+@dataclass(frozen=True)
+class Generator:
+    params: type[_Params]
+    make: Callable[[GenContext, Any], Any]
+
+
+GENERATORS: dict[str, Generator] = {
+    "uniform_ids": Generator(IdsParams, uniform_ids),
+    "zipf_ids": Generator(ZipfParams, zipf_ids),
+    "real_text_ids": Generator(IdsParams, real_text_ids),
+    "hot_id": Generator(HotIdParams, hot_id),
+    "padding_heavy": Generator(PaddingParams, padding_heavy),
+    "normal": Generator(NormalParams, normal),
+    "positive": Generator(PositiveParams, positive),
+    "shared_direction": Generator(SharedDirectionParams, shared_direction),
+    "scalar": Generator(ScalarParams, scalar),
+    "from_axis": Generator(FromAxisParams, from_axis),
+}
+
+
+def generate_input(ctx: GenContext, spec: InputGenerator) -> Any:
+    if spec.kind not in GENERATORS:
+        raise ctx.fail(f"unknown generator kind '{spec.kind}'; known: {sorted(GENERATORS)}")
+    g = GENERATORS[spec.kind]
+    try:
+        params = g.params.model_validate(spec.params)
+    except ValidationError as err:
+        raise ctx.fail(f"bad parameters for '{spec.kind}': {err.errors()[0]['loc']} {err.errors()[0]['msg']}") from err
+    return g.make(ctx, params)
+
+
+def build_probe_case(definition: Definition, probe: ProbeSpec, profile: str, seed: int) -> Case:
+    """The probe's inputs at the profile's axes, in the definition's input order."""
+    try:
+        axes = definition.resolve_axes(probe.axes_for(profile))
+    except ValueError as err:
+        raise ProbeInputError(f"probe '{probe.name}': {err}") from err
+    unknown = (set(probe.inputs) | set(probe.noncontiguous)) - set(definition.inputs)
+    if unknown:
+        raise ProbeInputError(f"probe '{probe.name}': inputs {sorted(unknown)} are not in the definition")
+    gen = torch.Generator().manual_seed(seed)
+    done: dict[str, Any] = {}
+
+    def context(name: str) -> GenContext:
+        spec = definition.inputs[name]
+        shape = None if spec.is_scalar else definition.shape_of(spec, axes)
+        return GenContext(probe.name, name, shape, to_torch(spec.dtype), axes, done, gen)
+
+    for name, g in probe.inputs.items():
+        done[name] = generate_input(context(name), g)
+    for name, spec in definition.inputs.items():
+        if name in done:
+            continue
+        if spec.is_scalar or not to_torch(spec.dtype).is_floating_point:
+            raise ProbeInputError(f"probe '{probe.name}': input '{name}' ({spec.dtype}) must be listed in the probe's inputs")
+        done[name] = normal(context(name), NormalParams())
+    inputs = {name: done[name] for name in definition.inputs}
+    shapes = {n: definition.shape_of(s, axes) for n, s in definition.outputs.items()}
+    return Case(axes=axes, inputs=inputs, output_shapes=shapes)
+
+
+def permute_case(definition: Definition, case: Case, axis: str, perm: torch.Tensor) -> Case:
+    """The same case with every input indexed by `axis` permuted along it by `perm`."""
+    inputs = dict(case.inputs)
+    for name, spec in definition.inputs.items():
+        t = inputs[name]
+        if spec.is_scalar or not isinstance(t, torch.Tensor):
+            continue
+        for dim, a in enumerate(spec.shape or []):
+            if a == axis:
+                t = t.index_select(dim, perm)
+        inputs[name] = t.contiguous()
+    return Case(axes=case.axes, inputs=inputs, output_shapes=case.output_shapes)

@@ -1,0 +1,324 @@
+"""Stage 3, benchmark: what SOL-ExecBench's own verifier does, so "passes the benchmark" means the same here.
+
+For each workload: ROUNDS rounds of fresh inputs (seeded from the audit's secret
+seed); the reference runs here, in the trusted process, on a pristine copy; the
+kernel runs in the sandbox into NaN-poisoned output buffers; each output is judged
+by the elementwise rule in worker.stages.compare. Then the kernel is timed in the
+sandbox (CUDA events, L2 flushed, median) against the reference timed the same way
+here; on the CPU the clock is wall-clock and labelled so.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from pydantic import BaseModel, Field
+
+from worker.catalogue import Problem, Profile
+from worker.context import AuditContext
+from worker.formats import Definition, Workload
+from worker.formats.dtypes import to_torch
+from worker.inputs import Case, build_case
+from worker.problem_spec import Tolerance
+from worker.sandbox import Sandbox, SandboxError
+from worker.stages.compare import OutputComparison, compare_output
+from worker.stages.result import StageResult, StageStatus
+
+NAME = "benchmark"
+ROUNDS = 10
+L2_FLUSH_BYTES = 256 * 1024 * 1024
+
+
+class TimingConfig(BaseModel):
+    warmup: int = Field(ge=0)
+    reps: int = Field(ge=1)
+    flush_l2: bool = True
+
+
+GPU_TIMING = TimingConfig(warmup=10, reps=100)
+# the Triton interpreter is slow: a few wall-clock runs are all a CPU audit can afford
+CPU_TIMING = TimingConfig(warmup=1, reps=3)
+
+CLOCK_LABEL = {"cuda_events": "CUDA events", "wall_clock_cpu": "wall-clock (CPU)"}
+
+
+def timing_config(device: str) -> TimingConfig:
+    return GPU_TIMING if device.startswith("cuda") else CPU_TIMING
+
+
+class TimingSample(BaseModel):
+    times_ms: list[float]
+    clock: str
+
+    @property
+    def median_ms(self) -> float:
+        return float(statistics.median(self.times_ms))
+
+
+def time_trusted(fn: Callable[[], object], device: str | torch.device, cfg: TimingConfig) -> TimingSample:
+    """Time `fn` in this (trusted) process exactly as the child's op_time does."""
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        flush = torch.empty(L2_FLUSH_BYTES, dtype=torch.int8, device=dev)
+        for _ in range(cfg.warmup):
+            fn()
+        torch.cuda.synchronize(dev)
+        starts = [torch.cuda.Event(enable_timing=True) for _ in range(cfg.reps)]
+        ends = [torch.cuda.Event(enable_timing=True) for _ in range(cfg.reps)]
+        for i in range(cfg.reps):
+            if cfg.flush_l2:
+                flush.zero_()
+            starts[i].record()
+            fn()
+            ends[i].record()
+        torch.cuda.synchronize(dev)
+        return TimingSample(times_ms=[float(s.elapsed_time(e)) for s, e in zip(starts, ends)], clock="cuda_events")
+    import time
+
+    for _ in range(cfg.warmup):
+        fn()
+    times = []
+    for _ in range(cfg.reps):
+        t0 = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t0) * 1e3)
+    return TimingSample(times_ms=times, clock="wall_clock_cpu")
+
+
+def to_device(args: list[Any], device: str | torch.device) -> list[Any]:
+    return [a.to(device).clone() if isinstance(a, torch.Tensor) else a for a in args]
+
+
+def timing_workload(problem: Problem, profile: Profile) -> Workload:
+    """spec.timing_workload when it names one of this profile's workloads, else the largest by elements."""
+    workloads = problem.workloads(profile)
+    named = problem.spec.timing_workload
+    if named:
+        for w in workloads:
+            if w.uuid == named:
+                return w
+    definition = problem.definition
+
+    def size(w: Workload) -> int:
+        axes = definition.resolve_axes(w.axes)
+        specs = [*definition.inputs.values(), *definition.outputs.values()]
+        return sum(math.prod(definition.shape_of(s, axes)) for s in specs if not s.is_scalar)
+
+    return max(workloads, key=size)
+
+
+def tolerance_for(problem: Problem, workload: Workload) -> Tolerance:
+    base = problem.spec.tolerance.model_dump()
+    override = {k: v for k, v in (workload.tolerance or {}).items() if k in base}
+    return Tolerance(**{**base, **override})
+
+
+def reference_outputs(ctx: AuditContext, args: list[Any]) -> list[torch.Tensor]:
+    with torch.no_grad():
+        return ctx.reference.run(to_device(args, ctx.device))
+
+
+class _Failure(Exception):
+    def __init__(self, summary: str, status: StageStatus = StageStatus.failed, **evidence: Any) -> None:
+        super().__init__(summary)
+        self.summary = summary
+        self.status = status
+        self.evidence = evidence
+
+
+def _request(sb: Sandbox, ctx: AuditContext, op: str, payload: dict[str, Any], where: str) -> dict[str, Any]:
+    """One op in the sandbox, then proof the process is still the one that answered.
+
+    A submission can write a forged reply frame to the child's pipe and exit; the
+    frame reads fine, but the process is gone. A round trip after every reply
+    turns that into a crash the stage reports instead of trusting the reply.
+    """
+    try:
+        reply = sb.request(op, payload)
+    except SandboxError as err:
+        status = StageStatus.error if err.kind == "sandbox" else StageStatus.failed
+        raise _Failure(f"{where}: the kernel failed ({err.kind}): {err}", status, log=err.log[-2000:]) from err
+    try:
+        sb.request("hello", {"device": ctx.device}, timeout_s=60)
+    except SandboxError as err:
+        raise _Failure(
+            f"{where}: the submission's process did not survive its own reply to '{op}' ({err.kind}); "
+            "a reply followed by an exit is how a forged result channel looks, so the reply is not trusted",
+            log=err.log[-2000:],
+        ) from err
+    return reply
+
+
+class _WorkloadStats(BaseModel):
+    rounds_passed: int = 0
+    max_abs_err: float = 0.0
+    max_rel_err: float = 0.0
+    min_match_fraction: float = 1.0
+
+    def add(self, c: OutputComparison) -> None:
+        self.max_abs_err = max(self.max_abs_err, c.max_abs_err or 0.0)
+        self.max_rel_err = max(self.max_rel_err, c.max_rel_err or 0.0)
+        if c.match_fraction is not None:
+            self.min_match_fraction = min(self.min_match_fraction, c.match_fraction)
+
+
+def _check_round(
+    definition: Definition, case: Case, reply: dict[str, Any], ref: list[torch.Tensor], tol: Tolerance, where: str
+) -> list[OutputComparison]:
+    outs = reply.get("outputs")
+    names = list(definition.outputs)
+    if not isinstance(outs, list) or len(outs) != len(names):
+        n = len(outs) if isinstance(outs, list) else 0
+        raise _Failure(f"{where}: the kernel gave {n} output(s), the definition has {len(names)} ({names})")
+    exact = reply.get("exact_tensor_types", [True] * len(outs))
+    subclassed = [n for n, e in zip(names, exact) if not e]
+    if subclassed:
+        raise _Failure(
+            f"{where}: output(s) {subclassed} came back as a torch.Tensor subclass; results must be plain tensors "
+            "(a subclass can defer its work into the checker, outside the timed region)"
+        )
+    if len(ref) != len(names):
+        raise _Failure(f"{where}: the reference gave {len(ref)} outputs for {len(names)} declared", StageStatus.error)
+    comparisons = []
+    for name, out, r in zip(names, outs, ref):
+        c = compare_output(name, out, r, to_torch(definition.outputs[name].dtype), tol)
+        comparisons.append(c)
+        if not c.ok:
+            raise _Failure(f"{where}: {c.reason}", comparison=c.model_dump())
+    return comparisons
+
+
+def _inputs_mutated(definition: Definition, args: list[Any], reply: dict[str, Any]) -> list[str]:
+    after = reply.get("args_after") or []
+    mutated = []
+    for name, before, now in zip(definition.inputs, args, after):
+        if isinstance(before, torch.Tensor) and isinstance(now, torch.Tensor):
+            if now.shape != before.shape or now.dtype != before.dtype or not torch.equal(now, before):
+                mutated.append(name)
+    return mutated
+
+
+def _speed_phrase(speedup: float) -> str:
+    return f"{speedup:.2f}x faster than reference" if speedup >= 1 else f"{1 / speedup:.2f}x slower than reference"
+
+
+def _tol_phrase(tol: Tolerance) -> str:
+    t = f"atol=rtol={tol.atol:g}" if tol.atol == tol.rtol else f"atol={tol.atol:g}, rtol={tol.rtol:g}"
+    return t
+
+
+def run(ctx: AuditContext) -> StageResult:
+    problem, definition = ctx.problem, ctx.problem.definition
+    workloads = problem.workloads(ctx.profile)
+    seeds: dict[str, list[int]] = {w.uuid: [] for w in workloads}
+    evidence: dict[str, Any] = {"seeds": seeds, "workload_uuids": [w.uuid for w in workloads], "rounds": ROUNDS}
+    stats: dict[str, _WorkloadStats] = {w.uuid: _WorkloadStats() for w in workloads}
+    metrics: dict[str, Any] = {"rounds": ROUNDS, "workloads": stats, "passes_benchmark": False}
+    if not workloads:
+        return StageResult(name=NAME, status=StageStatus.error, summary=f"no {ctx.profile} workloads for {problem.name}")
+    mutated: set[str] = set()
+    sb = ctx.sandbox()
+    try:
+        tols = {w.uuid: tolerance_for(problem, w) for w in workloads}
+        for w in workloads:
+            for r in range(ROUNDS):
+                where = f"workload {w.uuid}, round {r + 1}/{ROUNDS}"
+                ctx.progress(f"benchmark: {where}")
+                seed = ctx.derive_seed("benchmark", w.uuid, r)
+                seeds[w.uuid].append(seed)
+                case = build_case(definition, ctx.reference, w, seed, folder=problem.folder)
+                args = case.args(definition)
+                ref = reference_outputs(ctx, args)
+                reply = _request(
+                    sb,
+                    ctx,
+                    "call",
+                    {"args": args, "outputs": case.output_specs(definition), "poison": float("nan")},
+                    where,
+                )
+                mutated.update(_inputs_mutated(definition, args, reply))
+                for c in _check_round(definition, case, reply, ref, tols[w.uuid], where):
+                    stats[w.uuid].add(c)
+                stats[w.uuid].rounds_passed += 1
+        timing = _time(ctx, sb, metrics, evidence)
+    except _Failure as f:
+        metrics["inputs_mutated"] = sorted(mutated)
+        evidence.update(f.evidence)
+        return StageResult(
+            name=NAME,
+            status=f.status,
+            summary=f.summary,
+            metrics=_dump(metrics),
+            evidence=evidence,
+        )
+    metrics["inputs_mutated"] = sorted(mutated)
+    metrics["passes_benchmark"] = True
+    tol_all = list(tols.values())
+    min_frac = min(s.min_match_fraction for s in stats.values())
+    same_tol = all(t == tol_all[0] for t in tol_all)
+    summary = (
+        f"{ROUNDS}/{ROUNDS} rounds x {len(workloads)} workload(s) within "
+        f"{_tol_phrase(tol_all[0]) if same_tol else 'each workload tolerance'} (min {min_frac:.1%} of elements); "
+        f"{timing}"
+    )
+    if mutated:
+        summary += f"; note: the kernel modified its input(s) {sorted(mutated)}"
+    return StageResult(name=NAME, status=StageStatus.passed, summary=summary, metrics=_dump(metrics), evidence=evidence)
+
+
+def _dump(metrics: dict[str, Any]) -> dict[str, Any]:
+    out = dict(metrics)
+    out["workloads"] = {k: v.model_dump() for k, v in metrics["workloads"].items()}
+    return out
+
+
+def _time(ctx: AuditContext, sb: Sandbox, metrics: dict[str, Any], evidence: dict[str, Any]) -> str:
+    problem, definition = ctx.problem, ctx.problem.definition
+    w = timing_workload(problem, ctx.profile)
+    cfg = timing_config(ctx.device)
+    seed = ctx.derive_seed("benchmark", "timing", w.uuid)
+    evidence["timing_seed"] = seed
+    case = build_case(definition, ctx.reference, w, seed, folder=problem.folder)
+    args = case.args(definition)
+    where = f"timing on workload {w.uuid}"
+    ctx.progress(f"benchmark: {where}")
+    reply = _request(
+        sb,
+        ctx,
+        "time",
+        {"args": args, "outputs": case.output_specs(definition), **cfg.model_dump()},
+        where,
+    )
+    expected_clock = "cuda_events" if ctx.device.startswith("cuda") else "wall_clock_cpu"
+    tampered = [str(t) for t in reply.get("tampered", [])]
+    times = reply.get("times_ms")
+    clock = reply.get("clock")
+    timing: dict[str, Any] = {"workload": w.uuid, "clock": clock, "reps": cfg.reps, "warmup": cfg.warmup, "tampered": tampered}
+    metrics["timing"] = timing
+    if tampered:
+        raise _Failure(f"{where}: the submission replaced timer/checker functions {tampered}; its timing is not trusted")
+    if (
+        clock != expected_clock
+        or not isinstance(times, list)
+        or len(times) != cfg.reps
+        or not all(isinstance(t, float) and math.isfinite(t) and t > 0 for t in times)
+    ):
+        raise _Failure(f"{where}: the timing reply is malformed (clock {clock!r}, {len(times) if isinstance(times, list) else 0} samples)")
+    kernel = TimingSample(times_ms=times, clock=clock)
+    dev_args = to_device(args, ctx.device)
+    fn = ctx.reference.run_fn
+    with torch.no_grad():
+        ref = time_trusted(lambda: fn(*dev_args), ctx.device, cfg)
+    speedup = ref.median_ms / kernel.median_ms
+    timing.update(
+        kernel_median_ms=kernel.median_ms,
+        reference_median_ms=ref.median_ms,
+        speedup=speedup,
+        kernel_times_ms=kernel.times_ms if cfg.reps <= 20 else None,
+    )
+    metrics.update(kernel_median_ms=kernel.median_ms, reference_median_ms=ref.median_ms, speedup=speedup)
+    return f"{_speed_phrase(speedup)} ({CLOCK_LABEL[clock]}, median of {cfg.reps}, workload {w.uuid})"

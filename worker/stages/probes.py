@@ -1,0 +1,260 @@
+"""Stage 4, probes: the op on the distributions real workloads produce and on adversarial ones.
+
+Per probe (audit.json `probes`): build the inputs in the trusted process, call the kernel
+in its sandbox, run the fp64 oracle on the same (already rounded) inputs, and judge the
+error per reduction group against the ideal output's (worker.probes.errors). Then, on one
+moderate case: run twice, poison the outputs, compare the inputs the kernel left with the
+pristine copies, and permute along the order-free axis (worker.probes.checks).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from worker.context import AuditContext
+from worker.formats.dtypes import to_torch
+from worker.inputs import Case
+from worker.probes import checks as ck
+from worker.probes.diagnosis import diagnose
+from worker.probes.distributions import ProbeInputError, build_probe_case, permute_case
+from worker.probes.errors import INDEX_COUNT_EDGES, OutputError, floor_note, index_count_labels, measure_output
+from worker.probes.outcome import ProbeOutcome
+from worker.problem_spec import OutputBudget, ProbeSpec
+from worker.sandbox import SandboxCrash, SandboxTimeout, SubmissionError
+from worker.stages.result import StageResult, StageStatus
+
+NAME = "probes"
+_KERNEL_FAILURES = (SubmissionError, SandboxCrash, SandboxTimeout)
+
+
+class KernelOutputError(RuntimeError):
+    """The kernel handed back outputs of the wrong number, shape or dtype."""
+
+
+def _positions(ctx: AuditContext, names: list[str]) -> list[int]:
+    order = list(ctx.problem.definition.inputs)
+    return [order.index(n) for n in names]
+
+
+def _call(ctx: AuditContext, case: Case, poison: float, noncontiguous: list[int]) -> dict[str, Any]:
+    definition = ctx.problem.definition
+    reply = ctx.sandbox().request(
+        "call",
+        {
+            "args": case.args(definition),
+            "outputs": case.output_specs(definition),
+            "poison": poison,
+            "noncontiguous": noncontiguous,
+        },
+    )
+    outs = reply["outputs"]
+    if len(outs) != len(definition.outputs):
+        raise KernelOutputError(f"the kernel returned {len(outs)} outputs; the definition has {len(definition.outputs)}")
+    for (name, spec), t in zip(definition.outputs.items(), outs):
+        want_shape, want_dtype = case.output_shapes[name], to_torch(spec.dtype)
+        if tuple(t.shape) != tuple(want_shape) or t.dtype != want_dtype:
+            raise KernelOutputError(
+                f"output '{name}' is {tuple(t.shape)} {t.dtype}; the definition says {tuple(want_shape)} {want_dtype}"
+            )
+    return reply
+
+
+def _oracle(oracle: Callable[..., Any], case: Case, ctx: AuditContext) -> list[torch.Tensor]:
+    args = [a.clone() if isinstance(a, torch.Tensor) else a for a in case.args(ctx.problem.definition)]
+    with torch.no_grad():
+        result = oracle(*args)
+    outs = list(result) if isinstance(result, (tuple, list)) else [result]
+    if len(outs) != len(ctx.problem.definition.outputs):
+        raise ValueError(f"the oracle returned {len(outs)} outputs for {len(ctx.problem.definition.outputs)} in the definition")
+    return [o.detach().cpu().to(torch.float64) if o.dtype.is_floating_point else o.detach().cpu() for o in outs]
+
+
+def _labels(ctx: AuditContext, case: Case, budget: OutputBudget, out: torch.Tensor) -> tuple[torch.Tensor | None, tuple[tuple[int, int | None], ...], str | None]:
+    by = budget.bucket_by
+    if by is None or out.dim() == 0:
+        return None, INDEX_COUNT_EDGES, None
+    dims = sorted({d % out.dim() for d in budget.group_dims})
+    groups = math.prod(out.shape[d] for d in dims) if dims else 1
+    if by.kind == "index_count":
+        ids = case.inputs.get(by.input or "")
+        if not isinstance(ids, torch.Tensor) or len(dims) != 1:
+            return None, INDEX_COUNT_EDGES, None
+        return index_count_labels(ids, groups), INDEX_COUNT_EDGES, f"index_count:{by.input}"
+    length = case.axes.get(by.axis or "")
+    if length is None:
+        return None, INDEX_COUNT_EDGES, None
+    return torch.full((groups,), length, dtype=torch.int64), ((length, length + 1),), f"reduction_length:{by.axis}"
+
+
+def _input_stats(case: Case) -> dict[str, Any]:
+    stats: dict[str, Any] = {"scalars": {}}
+    for name, v in case.inputs.items():
+        if not isinstance(v, torch.Tensor):
+            stats["scalars"][name] = v
+        elif v.dtype.is_floating_point:
+            f = v.double()
+            stats[name] = {"std": float(f.std()) if f.numel() > 1 else 0.0, "absmax": float(f.abs().max()) if f.numel() else 0.0}
+        elif v.numel() and v.dtype != torch.bool and int(v.min()) >= 0:
+            counts = torch.bincount(v.reshape(-1).to(torch.int64))
+            stats[name] = {"distinct": int((counts > 0).sum()), "hottest_count": int(counts.max()), "hottest_id": int(counts.argmax())}
+    return stats
+
+
+def _measure(ctx: AuditContext, case: Case, outs: list[torch.Tensor], ref: list[torch.Tensor]) -> list[OutputError]:
+    definition, budgets = ctx.problem.definition, ctx.problem.spec.budgets
+    result = []
+    for (name, spec), out, oracle in zip(definition.outputs.items(), outs, ref):
+        budget = budgets.get(name, OutputBudget())
+        labels, edges, kind = _labels(ctx, case, budget, out)
+        result.append(measure_output(name, out, oracle, to_torch(spec.dtype), budget, labels, edges, kind))
+    return result
+
+
+def _run_probe(
+    ctx: AuditContext, probe: ProbeSpec, oracle: Callable[..., Any]
+) -> tuple[ProbeOutcome, Case | None, dict[str, Any] | None]:
+    seed = ctx.derive_seed(NAME, probe.name)
+    outcome = ProbeOutcome(
+        name=probe.name,
+        why=probe.why,
+        adversarial=probe.adversarial,
+        seed=seed,
+        spec=probe.model_dump(exclude_none=True),
+        noncontiguous=probe.noncontiguous,
+    )
+    try:
+        case = build_probe_case(ctx.problem.definition, probe, ctx.profile, seed)
+    except ProbeInputError as err:
+        outcome.input_error = str(err)
+        return outcome, None, None
+    outcome.axes = case.axes
+    outcome.input_stats = _input_stats(case)
+    try:
+        reply = _call(ctx, case, ck.POISON_A, _positions(ctx, probe.noncontiguous))
+    except (*_KERNEL_FAILURES, KernelOutputError) as err:
+        outcome.kernel_error = f"{type(err).__name__}: {err}"[:600]
+        return outcome, case, None
+    outcome.outputs = _measure(ctx, case, reply["outputs"], _oracle(oracle, case, ctx))
+    return outcome, case, reply
+
+
+def _check_probe(probes: list[ProbeSpec]) -> ProbeSpec:
+    """One moderate, realistic case for the behavioural checks."""
+    return next((p for p in probes if not p.adversarial and not p.noncontiguous), probes[0])
+
+
+def _run_checks(
+    ctx: AuditContext, probe: ProbeSpec, case: Case, first: dict[str, Any], calls: list[tuple[str, list[Any], list[Any]]]
+) -> tuple[list[ck.CheckResult], dict[str, Any]]:
+    definition = ctx.problem.definition
+    names = list(definition.outputs)
+    noncontig = _positions(ctx, probe.noncontiguous)
+    results: list[ck.CheckResult] = []
+    evidence: dict[str, Any] = {"probe": probe.name, "poison": [repr(ck.POISON_A), repr(ck.POISON_B)]}
+    try:
+        second = _call(ctx, case, ck.POISON_B, noncontig)
+        calls.append((f"{probe.name} (second run)", case.args(definition), second["args_after"]))
+        results.append(ck.check_determinism(names, first["outputs"], second["outputs"], ck.POISON_A, ck.POISON_B))
+        results.append(ck.check_poison(names, first["outputs"], second["outputs"], ck.POISON_A, ck.POISON_B))
+    except (*_KERNEL_FAILURES, KernelOutputError) as err:
+        msg = f"the kernel failed on a second run of the same inputs: {type(err).__name__}: {err}"[:600]
+        results.append(ck.CheckResult(name="determinism", passed=False, summary=msg))
+    axis = ctx.problem.spec.order_free_axis
+    has_axis = axis is not None and any(axis in (s.shape or []) for s in definition.inputs.values())
+    if axis is not None and has_axis and axis in case.axes:
+        perm_seed = ctx.derive_seed(NAME, "permutation")
+        perm = torch.randperm(case.axes[axis], generator=torch.Generator().manual_seed(perm_seed))
+        evidence["permutation"] = {"axis": axis, "seed": perm_seed}
+        permuted = permute_case(definition, case, axis, perm)
+        dims = {n: [i for i, a in enumerate(s.shape or []) if a == axis] for n, s in definition.outputs.items()}
+        try:
+            third = _call(ctx, permuted, ck.POISON_A, noncontig)
+            calls.append((f"{probe.name} (permuted along {axis})", permuted.args(definition), third["args_after"]))
+            results.append(ck.check_permutation(names, first["outputs"], third["outputs"], dims, perm, axis))
+        except (*_KERNEL_FAILURES, KernelOutputError) as err:
+            msg = f"the kernel failed when the inputs were permuted along '{axis}': {type(err).__name__}: {err}"[:600]
+            results.append(ck.CheckResult(name="order_invariance", passed=False, summary=msg))
+    else:
+        evidence["permutation"] = "skipped: audit.json names no order_free_axis the inputs are indexed by"
+    return results, evidence
+
+
+def run(ctx: AuditContext) -> StageResult:
+    problem = ctx.problem
+    spec, definition = problem.spec, problem.definition
+    if not spec.probes:
+        return StageResult(name=NAME, status=StageStatus.skipped, summary=f"{problem.name}: audit.json lists no probes")
+    oracle = problem.oracle()
+    chosen = _check_probe(spec.probes)
+    outcomes: list[ProbeOutcome] = []
+    calls: list[tuple[str, list[Any], list[Any]]] = []
+    check_base: tuple[Case, dict[str, Any]] | None = None
+    for probe in spec.probes:
+        ctx.progress(f"probes: {probe.name}")
+        outcome, case, reply = _run_probe(ctx, probe, oracle)
+        outcomes.append(outcome)
+        if case is not None and reply is not None:
+            calls.append((probe.name, case.args(definition), reply["args_after"]))
+            if probe is chosen:
+                check_base = (case, reply)
+    checks: list[ck.CheckResult] = []
+    check_evidence: dict[str, Any] = {}
+    if check_base is not None:
+        ctx.progress(f"probes: behavioural checks on '{chosen.name}'")
+        checks, check_evidence = _run_checks(ctx, chosen, check_base[0], check_base[1], calls)
+    if calls:
+        checks.insert(0, ck.check_inputs_unmodified(list(definition.inputs), calls))
+
+    failed_probes = [o for o in outcomes if o.kernel_error or (o.input_error is None and not o.passed)]
+    input_errors = [o for o in outcomes if o.input_error]
+    failed_checks = [c for c in checks if not c.passed]
+    diagnosis = diagnose(outcomes, checks)
+    measured = [o for o in outcomes if o.outputs]
+    worst = max(measured, key=lambda o: o.worst_ratio) if measured else None
+
+    if failed_probes or failed_checks:
+        status = StageStatus.failed
+        parts = []
+        if failed_probes:
+            names = ", ".join(o.name for o in failed_probes[:4]) + ("..." if len(failed_probes) > 4 else "")
+            parts.append(f"{len(failed_probes)} of {len(outcomes)} probes over their error budget or failing ({names})")
+        if failed_checks:
+            parts.append("failed checks: " + ", ".join(c.name for c in failed_checks))
+        if worst is not None and worst.worst_ratio > 0:
+            parts.append(f"worst error {worst.worst_ratio:.1f}x the ideal output's on '{worst.name}'")
+        summary = "; ".join(parts)
+    elif input_errors:
+        status = StageStatus.error
+        summary = f"audit.json probes could not be built: {input_errors[0].input_error}"
+    else:
+        status = StageStatus.passed
+        budget = max((out.max_ratio for o in measured for out in o.outputs), default=0.0)
+        summary = (
+            f"{len(outcomes)} probes within budget (worst {worst.worst_ratio:.2f}x the ideal output's error on "
+            f"'{worst.name}', budget {budget:g}x); " if worst else f"{len(outcomes)} probes ran; "
+        ) + ", ".join(c.name for c in checks) + " checks passed"
+
+    metrics: dict[str, Any] = {
+        "probes": {o.name: o.metrics() for o in outcomes},
+        "checks": {c.name: {"passed": c.passed, "summary": c.summary, **c.details} for c in checks},
+        "worst_ratio": round(worst.worst_ratio, 3) if worst else None,
+        "worst_probe": worst.name if worst else None,
+        "diagnosis": diagnosis,
+    }
+    dtypes = {to_torch(s.dtype) for s in definition.outputs.values() if to_torch(s.dtype).is_floating_point}
+    evidence: dict[str, Any] = {
+        "profile": ctx.profile,
+        "device": ctx.device,
+        "oracle": f"{spec.oracle} (fp64, CPU, fed the same rounded inputs)",
+        "judged": "normwise error per reduction group vs the fp64 oracle, divided by the error of the oracle rounded once to the output dtype",
+        "floor": [floor_note(d) for d in sorted(dtypes, key=str)],
+        "seeds": {o.name: o.seed for o in outcomes},
+        "probes": [{**o.spec, "axes_used": o.axes, "seed": o.seed} for o in outcomes],
+        "budgets": {n: b.model_dump() for n, b in spec.budgets.items()},
+        "checks": check_evidence,
+    }
+    return StageResult(name=NAME, status=status, summary=summary, metrics=metrics, evidence=evidence)

@@ -1,0 +1,110 @@
+"""The reaper: re-queues audits whose lease expired, and queued audits whose broker message was lost.
+
+It runs as a thread in every Celery worker's parent process (only database and broker calls: no CUDA),
+every `reaper_interval_s`, and once at worker start; `kaudit.reap` runs one pass on demand."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+from celery import Celery, signals
+from sqlalchemy import distinct, select
+from sqlalchemy.orm import Session, sessionmaker
+
+from app.audits import repository
+from app.audits.queue import AuditQueue
+from app.core.db import make_engine, make_sessionmaker, utcnow
+from app.core.settings import Settings
+from app.models import Audit
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ReapReport:
+    requeued_expired: list[str] = field(default_factory=list)
+    gave_up: list[str] = field(default_factory=list)
+    resent_queued: list[str] = field(default_factory=list)
+
+
+def reap_once(sessions: sessionmaker[Session], queue: AuditQueue, settings: Settings) -> ReapReport:
+    report = ReapReport()
+    with sessions() as s:
+        requeued, report.gave_up = repository.requeue_expired(s, settings.max_claims)
+    for a in requeued:  # committed above; now the broker
+        queue.send(a.id, a.queue)
+        report.requeued_expired.append(a.id)
+    threshold = utcnow() - timedelta(seconds=settings.requeue_after_s)
+    with sessions() as s:
+        queues = list(s.scalars(select(distinct(Audit.queue)).where(Audit.status == "queued")))
+        for q in queues:
+            stale = repository.stale_queued(s, q, threshold)
+            if not stale:
+                continue
+            pending = queue.pending(q)
+            # the broker still holds at least one message per queued audit: nothing was lost
+            if pending is not None and pending >= repository.count_queued(s, q):
+                continue
+            for a in stale:
+                if queue.send(a.id, q):
+                    report.resent_queued.append(a.id)
+            repository.mark_enqueued(s, report.resent_queued)
+    if report.requeued_expired or report.gave_up or report.resent_queued:
+        log.warning("reaper: requeued expired %s, gave up on %s, re-sent queued %s",
+                    report.requeued_expired, report.gave_up, report.resent_queued)
+    return report
+
+
+class ReaperThread:
+    def __init__(self, app: Celery, settings: Settings) -> None:
+        self._settings = settings
+        self._queue = AuditQueue(app)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        engine = make_engine(self._settings.model_copy(update={"db_pool_size": 1}))
+        sessions = make_sessionmaker(engine)
+
+        def loop() -> None:
+            while True:
+                try:
+                    reap_once(sessions, self._queue, self._settings)
+                except Exception as err:  # noqa: BLE001 - database or broker briefly away: try again next round
+                    log.warning("reaper pass failed: %s", err)
+                if self._stop.wait(self._settings.reaper_interval_s):
+                    break
+            engine.dispose()
+
+        self._thread = threading.Thread(target=loop, name="kaudit-reaper", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+
+def register(app: Celery, settings: Settings) -> None:
+    reaper = ReaperThread(app, settings)
+
+    @signals.worker_ready.connect(weak=False)
+    def _start(sender=None, **_kw) -> None:  # type: ignore[no-untyped-def]
+        if sender is not None and getattr(sender, "app", app) is app:
+            reaper.start()
+
+    @signals.worker_shutdown.connect(weak=False)
+    def _stop(sender=None, **_kw) -> None:  # type: ignore[no-untyped-def]
+        reaper.stop()
+
+    @app.task(name="kaudit.reap", ignore_result=True)
+    def reap_task() -> dict[str, list[str]]:
+        engine = make_engine(settings.model_copy(update={"db_pool_size": 1}))
+        try:
+            r = reap_once(make_sessionmaker(engine), AuditQueue(app), settings)
+        finally:
+            engine.dispose()
+        return {"requeued_expired": r.requeued_expired, "gave_up": r.gave_up, "resent_queued": r.resent_queued}
