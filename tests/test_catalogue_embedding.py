@@ -275,7 +275,7 @@ def test_embedding_backward_padding_and_strides(catalogue: Catalogue, pool: Sand
     exact = oracle_outputs(p, case)[0]
     assert exact[pad].abs().sum() == 0 and base.inputs["grad_output"].abs().sum() > 0
     box = pool.get(p, solution)
-    for noncontig in (None, [1]):  # grad_output as a strided view
+    for noncontig in (None, [0, 1]):  # indices and grad_output as strided views
         (out,) = call(box, p, case, noncontiguous=noncontig)
         assert out[pad].abs().sum() == 0
         assert rel_err(out, exact) < BF16_ROUNDING
@@ -286,7 +286,7 @@ def test_fused_strided_inputs(catalogue: Catalogue, pool: SandboxPool, solution:
     p = catalogue.get("embedding_rmsnorm_backward")
     case = cpu_case(p, seed=13)
     exact = oracle_outputs(p, case)
-    outs = call(pool.get(p, solution), p, case, noncontiguous=[1, 3])  # weight and grad_output strided
+    outs = call(pool.get(p, solution), p, case, noncontiguous=[0, 1, 3])  # indices, weight, grad_output strided
     for out, ex in zip(outs, exact):
         assert rel_err(out, ex) < BF16_ROUNDING
 
@@ -352,10 +352,13 @@ def test_gpu_triton_solution(catalogue: Catalogue, gpu_pool: SandboxPool, proble
     p = catalogue.get(problem_name)
     box = gpu_pool.get(p, solution)
     case = build_case(p.definition, Reference.of(p.definition), p.workloads_gpu[0], seed=21)
-    outs = call(box, p, case)
-    for out, ex, oname in zip(outs, oracle_outputs(p, case), p.definition.outputs):
-        assert not torch.isnan(out).any(), f"{solution}: {oname} not fully written"
-        assert rel_err(out, ex) < BF16_ROUNDING, (solution, oname)
+    exact = oracle_outputs(p, case)
+    strided = [i for i, a in enumerate(case.args(p.definition)) if isinstance(a, torch.Tensor)]
+    for noncontig in (None, strided):
+        outs = call(box, p, case, noncontiguous=noncontig)
+        for out, ex, oname in zip(outs, exact, p.definition.outputs):
+            assert not torch.isnan(out).any(), f"{solution}: {oname} not fully written"
+            assert rel_err(out, ex) < BF16_ROUNDING, (solution, oname, noncontig)
     axes = case.axes
     hot = hot_id_inputs(p, num_tokens=axes["num_tokens"], hot=2000, vocab=axes["vocab_size"],
                         hidden=axes["hidden_size"], seed=22)

@@ -130,5 +130,20 @@ def problems(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
     Console().print(table)
 
 
+@app.command()
+def serve(
+    data_dir: Annotated[Path, typer.Option(help="where the SQLite database and the broker's files live")] = Path(".kaudit"),
+    host: Annotated[str, typer.Option()] = "127.0.0.1",
+    port: Annotated[int, typer.Option()] = 8000,
+    device: Annotated[str, typer.Option(help="cpu or cuda")] = "cpu",
+    stages: Annotated[str | None, typer.Option(help=f"comma-separated subset of {','.join(STAGES)}")] = None,
+    new_admin_key: Annotated[bool, typer.Option("--new-admin-key", help="print a fresh admin API key")] = False,
+) -> None:
+    """Start the service on this machine: API + worker, SQLite, no broker server; prints the URL and an admin key."""
+    from app.serve import serve as run_service
+
+    run_service(data_dir, host, port, device=device, stages=stages, new_admin_key=new_admin_key)
+
+
 if __name__ == "__main__":
     app()

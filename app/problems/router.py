@@ -17,9 +17,9 @@ def list_problems(session: Session = Depends(get_session)) -> list[ProblemSummar
 
 
 @router.get("/{name}", response_model=ProblemDetail, responses={404: {"description": "unknown problem"}})
-def get_problem(name: str, session: Session = Depends(get_session)) -> ProblemDetail:
+def get_problem(name: str, request: Request, session: Session = Depends(get_session)) -> ProblemDetail:
     """One problem, with its SOL-ExecBench definition."""
-    detail = service.get_problem(session, name)
+    detail = service.get_problem(session, name) if name in request.app.state.problems.get(session) else None
     if detail is None:
         raise HTTPException(404, f"unknown problem '{name}'")
     return detail

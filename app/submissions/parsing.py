@@ -25,11 +25,23 @@ def _errors(err: FormatError) -> list[FieldError]:
     return out
 
 
+def _has_nul(value: Any) -> bool:
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, dict):
+        return any(_has_nul(k) or _has_nul(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_has_nul(v) for v in value)
+    return False
+
+
 def solution_from_json(body: bytes) -> tuple[Solution, dict[str, Any]]:
     try:
         data = json.loads(body)
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
         raise InvalidSubmission([FieldError(field="(body)", reason=f"not valid JSON: {err}")]) from err
+    if _has_nul(data):
+        raise InvalidSubmission([FieldError(field="(body)", reason="NUL characters are not allowed in a solution")])
     try:
         return parse_model(Solution, data, "solution.json"), data
     except FormatError as err:
@@ -46,6 +58,8 @@ def solution_from_upload(filename: str, content: bytes, definition: str, entry_f
     except UnicodeDecodeError:
         errors.append(FieldError(field="file", reason="must be UTF-8 text"))
         text = ""
+    if "\x00" in text or "\x00" in definition or "\x00" in entry_function:
+        errors.append(FieldError(field="file", reason="NUL characters are not allowed"))
     if not definition:
         errors.append(FieldError(field="definition", reason="a .py upload needs the definition name"))
     if errors:

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import re
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Header, HTTPException, Request, Response
@@ -13,6 +14,7 @@ from app.submissions.parsing import InvalidSubmission, solution_from_json, solut
 from app.submissions.schemas import FieldError, InvalidSolution, SubmissionAccepted, SubmissionStatus
 
 router = APIRouter(prefix="/v1/submissions", tags=["submissions"])
+_ID = re.compile(r"[0-9a-f]{32}")
 
 SUBMIT_BODY = {
     "requestBody": {
@@ -98,7 +100,7 @@ def _store(request: Request, principal: Principal, definition: str, name: str, d
 
 
 def _visible(session: Session, submission_id: str, principal: Principal):  # type: ignore[no-untyped-def]
-    sub = repository.get(session, submission_id)
+    sub = repository.get(session, submission_id) if _ID.fullmatch(submission_id) else None
     if sub is None or (sub.api_key_id != principal.key_id and not principal.is_admin):
         raise HTTPException(404, f"no submission '{submission_id}'")
     return sub

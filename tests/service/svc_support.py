@@ -86,15 +86,9 @@ def bootstrap(settings: Settings) -> dict[str, str]:
 
 
 def env_for(settings: Settings, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KAUDIT_") and k not in ("DATABASE_URL", "REDIS_URL")}
-    env["DATABASE_URL"] = settings.database_url
-    if settings.redis_url:
-        env["REDIS_URL"] = settings.redis_url
-    for name, value in settings.model_dump(exclude={"database_url", "redis_url"}).items():
-        if value is not None:
-            env["KAUDIT_" + name.upper()] = str(value)
-    env.update(extra)
-    return env
+    from app.core.envvars import settings_env
+
+    return {**settings_env(settings), **extra}
 
 
 def free_port() -> int:
@@ -177,3 +171,48 @@ def slow_import_solution(marker: Path, sleep_s: float) -> dict[str, Any]:
     sol["sources"][0]["content"] = prelude + src
     sol["name"] = "slow_import_" + uuid.uuid4().hex[:6]
     return sol
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below `pid` (read from /proc), children first seen first."""
+    parents: dict[int, int] = {}
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                stat = (d / "stat").read_text()
+                parents[int(d.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+    out, frontier = [], [pid]
+    while frontier:
+        p = frontier.pop()
+        kids = [c for c, pp in parents.items() if pp == p]
+        out.extend(kids)
+        frontier.extend(kids)
+    return out
+
+
+def kill_tree(proc: Proc) -> None:
+    """SIGKILL a worker and everything it started (the sandbox child runs in its own session)."""
+    below = descendants(proc.p.pid)
+    proc.kill(signal.SIGKILL)
+    for pid in below:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def restart_redis() -> None:
+    """Stop the real Redis (it keeps nothing on disk) and start it again: every queued message is gone."""
+    import redis
+
+    r = redis.Redis.from_url(REDIS_URL)
+    try:
+        r.shutdown(nosave=True)
+    except redis.ConnectionError:
+        pass
+    wait_for(lambda: redis_reachable() is not None, 10, "redis did not stop")
+    subprocess.run(["redis-server", "--daemonize", "yes", "--bind", "127.0.0.1", "-::1", "--port", "6379", "--save", "",
+                    "--appendonly", "no", "--dir", "/var/lib/redis", "--logfile", "/var/log/redis/ci.log"], check=True)
+    wait_for(lambda: redis_reachable() is None, 10, "redis did not come back")

@@ -140,7 +140,11 @@ def test_rate_limit_429_with_retry_after(api) -> None:  # type: ignore[no-untype
 def test_problems_and_leaderboard_endpoints(api) -> None:  # type: ignore[no-untyped-def]
     client, _, _ = api
     ps = client.get("/v1/problems").json()
-    assert [p["name"] for p in ps] == ["embedding_backward"] and len(ps[0]["content_hash"]) == 64
+    from worker.catalogue import load_catalogue
+
+    catalogue = load_catalogue()
+    assert [p["name"] for p in ps] == sorted(catalogue.problems)
+    assert {p["name"]: p["content_hash"] for p in ps} == {p.name: p.content_hash for p in catalogue}
     d = client.get("/v1/problems/embedding_backward").json()
     assert d["definition"]["name"] == "embedding_backward" and "indices" in d["inputs"]
     assert client.get("/v1/problems/nope").status_code == 404

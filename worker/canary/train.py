@@ -106,15 +106,18 @@ def reference_kernel(run: Callable[..., Any]) -> Kernel:
     return k
 
 
+_INT_VIEW = {torch.bfloat16: torch.int16, torch.float16: torch.int16, torch.float32: torch.int32, torch.float64: torch.int64}
+
+
 def perturb_ulp(t: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
-    """Move a random half of the elements by one unit in the last place of t's dtype, up or down."""
-    if not t.dtype.is_floating_point:
+    """Move a random half of the elements by one unit in the last place of t's dtype (magnitude up or down)."""
+    if t.dtype not in _INT_VIEW:
         return t
-    mask = torch.rand(t.shape, generator=gen, device=t.device) < 0.5
-    up = torch.rand(t.shape, generator=gen, device=t.device) < 0.5
-    inf = torch.full_like(t, math.inf)
-    moved = torch.nextafter(t, torch.where(up, inf, -inf))
-    return torch.where(mask & torch.isfinite(t), moved, t)
+    r = torch.randint(0, 4, t.shape, generator=gen, device=t.device, dtype=torch.int8)
+    bits = t.contiguous().view(_INT_VIEW[t.dtype])
+    step = (r == 1).to(bits.dtype) - ((r == 2) & (t != 0)).to(bits.dtype)  # +1, -1 or 0 on the magnitude bits
+    moved = (bits + step).view(t.dtype)
+    return torch.where(torch.isfinite(t), moved, t)
 
 
 def perturbed_kernel(inner: Kernel, seed: int, device: torch.device | str) -> Kernel:

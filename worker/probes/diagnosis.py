@@ -18,6 +18,8 @@ from worker.probes.outcome import ProbeOutcome
 
 RANDOM_WALK_COEFF = 0.29
 BF16_U, FP16_U = 2.0**-8, 2.0**-11
+# the worst bucket must be this many times worse than the least-summed one to call it growth
+GROWTH = 3.0
 
 
 def accumulator_guess(rel_err: float, k: float) -> str:
@@ -26,17 +28,19 @@ def accumulator_guess(rel_err: float, k: float) -> str:
         return "low-precision accumulation"
     u_est = rel_err / (RANDOM_WALK_COEFF * math.sqrt(k))
     if u_est >= BF16_U / math.sqrt(8):
-        return "a bf16 accumulator or bf16 partial sums"
+        return "a bf16 accumulator: every add rounded to bf16"
     if u_est >= FP16_U / math.sqrt(8):
-        return "an fp16 accumulator or fp16 partial sums"
+        return "partial sums rounded to bf16 (e.g. bf16 partials of fp32 block sums) or an fp16 accumulator"
     return "partial sums rounded to a low precision during the reduction"
 
 
 def _grows(buckets: list[BucketError], max_ratio: float) -> bool:
     if len(buckets) < 2:
         return False
-    top, low = buckets[-1], buckets[0]
-    if top.ratio <= max_ratio or top.ratio < 2 * max(low.ratio, 1.0):
+    top = buckets[-1]
+    # one contribution is exact for any accumulator: compare with the lowest bucket that sums something
+    low = next((b for b in buckets if b.lo >= 2), buckets[0])
+    if top is low or top.ratio <= max_ratio or top.ratio < GROWTH * max(low.ratio, 1.0):
         return False
     running = 0.0
     for b in buckets:
@@ -57,13 +61,15 @@ def _multiplicity(outcomes: list[ProbeOutcome]) -> tuple[ProbeOutcome, OutputErr
                 hits.append((o, out, populated))
     if not hits:
         return None
-    # prefer a realistic distribution over an adversarial one, then the clearest signal
-    best = max(hits, key=lambda h: (not h[0].adversarial, h[2][-1].ratio))
+    # prefer a realistic distribution over an adversarial one, then the widest range of multiplicities
+    best = max(hits, key=lambda h: (not h[0].adversarial, len(h[2]), h[2][-1].ratio))
     return (*best, len(hits))
 
 
 def _fmt_bucket(b: BucketError) -> str:
-    return f"rows with {b.label} contributions at {b.rel_err:.2%} vs {b.ideal_rel_err:.2%} ideal ({b.ratio:.1f}x)"
+    label = b.label.replace(">=", ">= ")
+    noun = "contribution" if b.label == "1" else "contributions"
+    return f"rows with {label} {noun} at {b.rel_err:.2%} vs {b.ideal_rel_err:.2%} ideal ({b.ratio:.1f}x)"
 
 
 def multiplicity_diagnosis(outcomes: list[ProbeOutcome]) -> str | None:
@@ -71,9 +77,12 @@ def multiplicity_diagnosis(outcomes: list[ProbeOutcome]) -> str | None:
     if found is None:
         return None
     o, out, buckets, n_probes = found
-    top, low = buckets[-1], buckets[0]
-    middle = buckets[len(buckets) // 2] if len(buckets) > 2 else None
-    parts = [_fmt_bucket(top)] + ([_fmt_bucket(middle)] if middle else []) + [_fmt_bucket(low)]
+    top = buckets[-1]
+    # the lowest bucket that sums anything (one contribution is exact for any accumulator)
+    low = next((b for b in buckets if b.lo >= 2), buckets[0])
+    between = [b for b in buckets if low.lo < b.lo < top.lo]
+    middle = between[len(between) // 2] if between else None
+    parts = [_fmt_bucket(top)] + ([_fmt_bucket(middle)] if middle else []) + ([_fmt_bucket(low)] if low is not top else [])
     guess = accumulator_guess(top.rel_err, top.mean_label)
     return (
         f"error grows with index multiplicity ('{out.output}', probe '{o.name}'"
@@ -98,7 +107,7 @@ def reduction_length_diagnosis(outcomes: list[ProbeOutcome]) -> str | None:
             continue
         by_len = {L: max((p for p in pts if p[0] == L), key=lambda p: p[1]) for L in lengths}
         longest, shortest = by_len[lengths[-1]], by_len[lengths[0]]
-        if longest[1] > longest[5] and longest[1] >= 2 * max(shortest[1], 1.0):
+        if longest[1] > longest[5] and longest[1] >= GROWTH * max(shortest[1], 1.0):
             output, kind = key.split("|")
             axis = kind.split(":", 1)[-1]
             guess = accumulator_guess(longest[2], longest[0])
@@ -145,13 +154,23 @@ def budget_diagnoses(outcomes: list[ProbeOutcome]) -> list[str]:
     for o in outcomes:
         if o.kernel_error:
             nc = f" (non-contiguous inputs {o.noncontiguous})" if o.noncontiguous else ""
-            lines.append(f"the kernel failed on probe '{o.name}'{nc} ({o.why}): {o.kernel_error}")
+            hint = ""
+            if "exit code -11" in o.kernel_error or "exit code -7" in o.kernel_error:
+                hint = " (a memory fault: check bounds masks for these sizes" + (
+                    " and that strides are honoured for non-contiguous inputs)" if o.noncontiguous else ")"
+                )
+            lines.append(f"the kernel failed on probe '{o.name}'{nc} ({o.why}): {o.kernel_error}{hint}")
             continue
         for out in o.outputs:
             if out.mismatches:
                 lines.append(f"'{out.output}' differs from the oracle in {out.mismatches} elements (probe '{o.name}')")
             elif out.worst_ratio > out.max_ratio:
-                label = f", {out.worst_group_label} contributions" if out.worst_group_label is not None else ""
+                label = ""
+                if out.worst_group_label is not None and out.bucket_kind:
+                    kind, _, what = out.bucket_kind.partition(":")
+                    label = (
+                        f", {out.worst_group_label} contributions" if kind == "index_count" else f", {what}={out.worst_group_label}"
+                    )
                 lines.append(
                     f"'{out.output}' error is {out.worst_ratio:.1f}x the ideal output's in group {out.worst_group}{label} "
                     f"(budget {out.max_ratio:g}x) on probe '{o.name}' ({o.why}); whole tensor {out.rel_err:.2e} vs "

@@ -164,8 +164,8 @@ def hot_id(ctx: GenContext, p: HotIdParams) -> torch.Tensor:
 def padding_heavy(ctx: GenContext, p: PaddingParams) -> torch.Tensor:
     high = ctx.axis(p.high_axis)
     pad = int(ctx.earlier(p.pad_from))
-    if not 0 <= pad < high:
-        raise ctx.fail(f"pad value {p.pad_from}={pad} is not an id in [0, {high})")
+    if pad >= high:  # a negative pad is a sentinel such as cross-entropy's ignore_index = -100
+        raise ctx.fail(f"pad value {p.pad_from}={pad} is not below {p.high_axis}={high}")
     if p.base == "zipf_ids":
         ids = _zipf_flat(ctx, high, p.s)
     elif p.base == "real_text_ids":

@@ -149,6 +149,8 @@ class _Scanner(ast.NodeVisitor):
     findings: list[Finding] = field(default_factory=list)
     aliases: dict[str, str] = field(default_factory=dict)
     module_containers: set[str] = field(default_factory=set)
+    # per function: local names holding a value built from identities or shapes (key = x.data_ptr(); _C[key])
+    _key_names: list[dict[str, tuple[str, str]]] = field(default_factory=list)
     _func_depth: int = 0
 
     # -- helpers -----------------------------------------------------------
@@ -240,6 +242,12 @@ class _Scanner(ast.NodeVisitor):
         elif isinstance(target, ast.Name):
             if value is not None and self._func_depth == 0 and self._is_container(value):
                 self.module_containers.add(target.id)
+            if value is not None and self._key_names:
+                kind = self._key_kind(value)
+                if kind:
+                    self._key_names[-1][target.id] = kind
+                else:
+                    self._key_names[-1].pop(target.id, None)
             if value is not None:
                 q = self.qualname(value)
                 if q and isinstance(value, (ast.Name, ast.Attribute)) and self.imported_root(value):
@@ -311,7 +319,9 @@ class _Scanner(ast.NodeVisitor):
         if node.name in ("__torch_function__", "__torch_dispatch__"):
             self.add(node, "tensor-subclass", f"defines {node.name}")
         self._func_depth += 1
+        self._key_names.append({})
         self.generic_visit(node)
+        self._key_names.pop()
         self._func_depth -= 1
 
     visit_FunctionDef = _visit_func
@@ -432,6 +442,11 @@ class _Scanner(ast.NodeVisitor):
         """(rule, what) when a cache key is built from object identity (fail) or shapes (warn)."""
         shape: str | None = None
         for n in ast.walk(expr):
+            if isinstance(n, ast.Name) and self._key_names and n.id in self._key_names[-1]:
+                rule, what = self._key_names[-1][n.id]
+                if rule == "output-cache":
+                    return rule, f"{what} (via {n.id})"
+                shape = shape or f"{what} (via {n.id})"
             if isinstance(n, ast.Call):
                 f = n.func
                 name = f.attr if isinstance(f, ast.Attribute) else (f.id if isinstance(f, ast.Name) else "")

@@ -8,7 +8,7 @@ import socket
 import time
 import uuid
 
-from celery import Celery
+from celery import Celery, signals
 from celery.exceptions import SoftTimeLimitExceeded
 
 from app.audits import repository
@@ -60,51 +60,10 @@ def run_one(local: ProcessLocal, audit_id: str) -> str:
                 return "lease-lost"
         return status
 
+    hb = Heartbeat(res.sessions, audit_id, owner, settings.lease_s, settings.heartbeat_s)
     try:
-        from worker.formats import Solution
-        from worker.stages.result import StageResult, StageStatus
-
-        try:
-            problem = res.catalogue.get(submission.problem_name)
-        except KeyError as err:
-            return finish("error", "error", f"error: {err}")
-        solution = Solution.model_validate(submission.source)
-        stored_results = [StageResult(name=r.name, status=StageStatus(r.status), summary=r.summary, metrics=r.metrics,
-                                      evidence=r.evidence, duration_s=r.duration_s) for r in stored.values() if r.name != "verdict"]
-        results = {r.name: r for r in stored_results}
-
-        def on_stage(result: StageResult) -> None:
-            if result.name == "verdict":
-                return  # judged below over every stored stage, including those of an earlier attempt
-            store(result)
-            results[result.name] = result
-            if hb.lost.is_set():
-                raise LeaseLost(audit_id)
-            if time.monotonic() > deadline:
-                raise AuditTimedOut(audit_id)
-
-        with Heartbeat(res.sessions, audit_id, owner, settings.lease_s, settings.heartbeat_s) as hb:
-            intake = results.get("intake")
-            if intake is None or intake.status is StageStatus.passed:
-                from worker.engine import run_audit
-
-                run_audit(problem, solution, device=audit.device, stages=audit.stages or settings.audit_stages,
-                          seed=audit.seed, on_stage=on_stage, skip=list(results))
-            else:  # resumed after intake failed: the rest never runs
-                from worker.engine import DEFAULT_STAGES
-
-                for name in DEFAULT_STAGES:
-                    if name not in results:
-                        on_stage(StageResult(name=name, status=StageStatus.skipped, summary="intake did not pass"))
-        from worker.engine import DEFAULT_STAGES
-        from worker.stages import verdict as verdict_stage
-        from worker.stages.result import AuditReport
-
-        ordered = [results[n] for n in DEFAULT_STAGES if n in results]
-        final = verdict_stage.judge(ordered)
-        store(final, replace=True)
-        verdict = AuditReport.verdict_of(ordered).value
-        return finish(_VERDICT_STATUS[verdict], verdict, final.summary)
+        with hb:  # from the claim on: imports and stages can take longer than one lease
+            return _run_claimed(res, audit, submission, stored, hb, store, finish, deadline)
     except LeaseLost:
         log.warning("audit %s: lease lost; another worker owns it now", audit_id)
         return "lease-lost"
@@ -112,8 +71,63 @@ def run_one(local: ProcessLocal, audit_id: str) -> str:
         return finish("timed_out", "error", f"timed_out: the audit ran past its {settings.soft_time_limit_s} s limit")
 
 
+
+def _run_claimed(res, audit, submission, stored, hb, store, finish, deadline) -> str:  # type: ignore[no-untyped-def]
+    settings, audit_id = res.settings, audit.id
+    from worker.formats import Solution
+    from worker.stages.result import StageResult, StageStatus
+
+    try:
+        problem = res.catalogue.get(submission.problem_name)
+    except KeyError as err:
+        return finish("error", "error", f"error: {err}")
+    solution = Solution.model_validate(submission.source)
+    stored_results = [StageResult(name=r.name, status=StageStatus(r.status), summary=r.summary, metrics=r.metrics,
+                                  evidence=r.evidence, duration_s=r.duration_s) for r in stored.values() if r.name != "verdict"]
+    results = {r.name: r for r in stored_results}
+
+    def on_stage(result: StageResult) -> None:
+        if result.name == "verdict":
+            return  # judged below over every stored stage, including those of an earlier attempt
+        store(result)
+        results[result.name] = result
+        if hb.lost.is_set():
+            raise LeaseLost(audit_id)
+        if time.monotonic() > deadline:
+            raise AuditTimedOut(audit_id)
+
+    intake = results.get("intake")
+    if intake is None or intake.status is StageStatus.passed:
+        from worker.engine import run_audit
+
+        run_audit(problem, solution, device=audit.device, stages=audit.stages or settings.audit_stages,
+                  seed=audit.seed, on_stage=on_stage, skip=list(results))
+    else:  # resumed after intake failed: the rest never runs
+        from worker.engine import DEFAULT_STAGES
+
+        for name in DEFAULT_STAGES:
+            if name not in results:
+                on_stage(StageResult(name=name, status=StageStatus.skipped, summary="intake did not pass"))
+    from worker.engine import DEFAULT_STAGES
+    from worker.stages import verdict as verdict_stage
+    from worker.stages.result import AuditReport
+
+    ordered = [results[n] for n in DEFAULT_STAGES if n in results]
+    final = verdict_stage.judge(ordered)
+    store(final, replace=True)
+    verdict = AuditReport.verdict_of(ordered).value
+    return finish(_VERDICT_STATUS[verdict], verdict, final.summary)
+
+
 def register(app: Celery, settings: Settings) -> None:
     local = ProcessLocal(settings)
+
+    @signals.worker_process_init.connect(weak=False)
+    def _preload(**_kw) -> None:  # type: ignore[no-untyped-def]
+        """In each pool process (never the parent): import the engine (torch, no CUDA) and open this process's engine."""
+        import worker.engine  # noqa: F401
+
+        local.get().catalogue  # noqa: B018
 
     @app.task(name=AUDIT_TASK, acks_late=True, reject_on_worker_lost=True, ignore_result=True)
     def audit_task(audit_id: str) -> str:

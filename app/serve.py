@@ -1,0 +1,110 @@
+"""`kaudit serve`: the embedded default. One command, no servers to install: the API and one worker,
+SQLite for storage, Celery's filesystem transport as the broker, the catalogue loaded, an admin key printed."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from sqlalchemy import select
+
+from app.audits.queue import AuditQueue
+from app.auth.keys import create_api_key
+from app.core import migrate
+from app.core.db import make_engine, make_sessionmaker
+from app.core.envvars import settings_env
+from app.core.settings import Settings
+from app.models import ApiKey
+from app.problems.service import sync_catalogue
+
+
+def embedded_settings(data_dir: Path, *, device: str = "cpu", stages: str | None = None, base: Settings | None = None) -> Settings:
+    data_dir = data_dir.resolve()
+    update = dict(database_url=f"sqlite:///{data_dir / 'kaudit.db'}", redis_url=None, broker_url="filesystem://",
+                  broker_dir=data_dir / "broker", rate_limit_storage_url="memory://", device=device)
+    if stages:
+        update["audit_stages"] = stages
+    return (base or Settings()).model_copy(update=update)
+
+
+def prepare(settings: Settings, new_admin_key: bool = False) -> tuple[str | None, list[str]]:
+    """Migrate, sync the catalogue (re-auditing changed problems), and make an admin key if there is none."""
+    from worker.catalogue import DEFAULT_ROOT, load_catalogue
+    from worker.tasks.factory import make_celery
+
+    migrate.upgrade(settings)
+    engine = make_engine(settings)
+    try:
+        with make_sessionmaker(engine)() as s:
+            result, new_audits = sync_catalogue(s, load_catalogue(settings.catalogue_root or DEFAULT_ROOT), settings)
+            admin = s.scalar(select(ApiKey).where(ApiKey.scopes.contains("admin"), ApiKey.revoked_at.is_(None)))
+            plaintext = None
+            if admin is None or new_admin_key:
+                _, plaintext = create_api_key(s, "admin", ("submit", "admin"))
+            s.commit()
+        queue = AuditQueue(make_celery(settings))
+        for a in new_audits:
+            queue.send(a.id, a.queue)
+    finally:
+        engine.dispose()
+    return plaintext, [*result.added, *result.changed, *result.unchanged]
+
+
+def start_worker(settings: Settings, log: Path) -> subprocess.Popen[bytes]:
+    argv = [sys.executable, "-m", "celery", "-A", "worker.tasks.celery_app", "worker", "-Q", settings.audit_queue,
+            "--concurrency", "1", "--pool", "prefork", "-n", "kaudit-embedded@%h", "--loglevel", "INFO",
+            "--without-gossip", "--without-mingle", "--without-heartbeat"]
+    fh = open(log, "ab")  # noqa: SIM115 - owned by the child for its lifetime
+    return subprocess.Popen(argv, env=settings_env(settings), stdout=fh, stderr=subprocess.STDOUT, start_new_session=True,
+                            preexec_fn=_die_with_parent)
+
+
+def _die_with_parent() -> None:
+    """Linux: the worker gets SIGTERM if `kaudit serve` dies, even by SIGKILL."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        try:
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+        except OSError:
+            pass
+
+
+def _exit_on_sigterm(_sig: int, _frame: object) -> None:
+    raise SystemExit(0)
+
+
+def serve(data_dir: Path, host: str, port: int, *, device: str = "cpu", stages: str | None = None, new_admin_key: bool = False) -> None:
+    import uvicorn
+
+    from app.main import create_app
+
+    data_dir.mkdir(parents=True, exist_ok=True)
+    settings = embedded_settings(data_dir, device=device, stages=stages)
+    key, problems = prepare(settings, new_admin_key)
+    worker = start_worker(settings, data_dir / "worker.log")
+    url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}"
+    print(f"kernel-audit is running at {url}  (API docs: {url}/docs)", flush=True)
+    print(f"  problems: {', '.join(problems)}", flush=True)
+    print(f"  data: {data_dir.resolve()} (SQLite, filesystem broker); worker log: {data_dir / 'worker.log'}", flush=True)
+    if key:
+        print(f"  admin API key (shown once, only its hash is stored): {key}", flush=True)
+    else:
+        print("  an admin API key exists already; `kaudit serve --new-admin-key` prints a new one", flush=True)
+    print(f"  submit: curl -H 'Authorization: Bearer <key>' -H 'content-type: application/json' "
+          f"--data @solution.json {url}/v1/submissions", flush=True)
+    # uvicorn re-raises the signal that stopped it once it has shut down: make SIGTERM an exception, so the
+    # worker is stopped below rather than orphaned
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    try:
+        uvicorn.run(create_app(settings), host=host, port=port, log_level="warning")
+    finally:
+        if worker.poll() is None:
+            worker.send_signal(signal.SIGTERM)
+            try:
+                worker.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                worker.kill()
+                worker.wait()

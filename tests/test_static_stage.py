@@ -1,0 +1,155 @@
+"""The static stage: AST scan for cheat patterns, aliases resolved, legitimate kernels left alone."""
+
+from __future__ import annotations
+
+import pytest
+
+from worker.catalogue import load_catalogue
+from worker.context import AuditContext
+from worker.formats import Solution, SolutionSpec, SourceFile
+from worker.stages import static
+from worker.stages.result import StageStatus
+from worker.stages.static import RULES, scan_source
+
+CATALOGUE = load_catalogue()
+EXAMPLES = [(p.name, n, s) for p in CATALOGUE for n, s in p.example_solutions().items()]
+
+
+def _rules(src: str, entry: str | None = "run") -> dict[str, str]:
+    return {f.rule: f.severity for f in scan_source("k.py", src, entry)}
+
+
+@pytest.mark.parametrize(("problem", "name", "solution"), EXAMPLES, ids=[f"{p}/{n}" for p, n, _ in EXAMPLES])
+def test_every_catalogue_example_passes_static(problem: str, name: str, solution: Solution) -> None:
+    ctx = AuditContext(problem=CATALOGUE.get(problem), solution=solution)
+    result = static.run(ctx)
+    assert result.status is StageStatus.passed, result.summary
+    assert result.metrics["fail_findings"] == 0
+
+
+# (source, rule that must be reported, its severity)
+CHEATS = [
+    ("import time\ntime.perf_counter = lambda: 0.0\n", "timer-monkeypatch", "fail"),
+    ("import time as t\nt.perf_counter = lambda: 0.0\n", "timer-monkeypatch", "fail"),
+    ("import time\nfrom time import perf_counter\nsetattr(time, 'perf_counter', perf_counter)\n", "timer-monkeypatch", "fail"),
+    ("import torch\nc = torch.cuda\nc.synchronize = lambda *a: None\n", "timer-monkeypatch", "fail"),
+    ("import torch\ntorch.cuda.Event.elapsed_time = lambda s, e: 1e-3\n", "timer-monkeypatch", "fail"),
+    ("from torch.cuda import Event\nEvent.record = lambda self: None\n", "timer-monkeypatch", "fail"),
+    ("import triton.testing as tt\ntt.do_bench = lambda *a, **k: 1e-3\n", "timer-monkeypatch", "fail"),
+    ("import torch\ntorch.allclose = lambda *a, **k: True\n", "checker-monkeypatch", "fail"),
+    ("import torch.testing\ntorch.testing.assert_close = lambda *a, **k: None\n", "checker-monkeypatch", "fail"),
+    ("import torch\ntorch.Tensor.copy_ = lambda self, o: self\n", "checker-monkeypatch", "fail"),
+    ("import worker.sandbox.child as c\n", "harness-patch", "fail"),
+    ("import sys\nsys.modules['time'] = object()\n", "harness-patch", "fail"),
+    ("from unittest import mock\n", "monkeypatch", "fail"),
+    ("import threading\n", "thread-or-process", "fail"),
+    ("from concurrent.futures import ThreadPoolExecutor\n", "thread-or-process", "fail"),
+    ("import multiprocessing as mp\n", "thread-or-process", "fail"),
+    ("import subprocess\n", "thread-or-process", "fail"),
+    ("import os\ndef run():\n    os.fork()\n", "thread-or-process", "fail"),
+    ("import torch\ndef run():\n    s = torch.cuda.Stream()\n", "side-stream", "fail"),
+    ("import torch\ndef run(s):\n    with torch.cuda.stream(s):\n        pass\n", "side-stream", "fail"),
+    ("import inspect\ndef run():\n    return inspect.stack()\n", "caller-introspection", "fail"),
+    ("import sys\ndef run():\n    return sys._getframe(1)\n", "caller-introspection", "fail"),
+    ("from sys import _getframe as g\ndef run():\n    return g(1)\n", "caller-introspection", "fail"),
+    ("import gc\ndef run():\n    return gc.get_objects()\n", "caller-introspection", "fail"),
+    ("def run(frame):\n    return frame.f_back.f_locals\n", "caller-introspection", "fail"),
+    ("import socket\n", "network", "fail"),
+    ("import urllib.request\n", "network", "fail"),
+    ("import requests\n", "network", "fail"),
+    ("import os, sys\ndef run():\n    os.write(int(sys.argv[2]), b'')\n", "raw-fd", "fail"),
+    ("import os\ndef run():\n    os._exit(0)\n", "raw-fd", "fail"),
+    ("def run():\n    open('/proc/self/fd/4', 'wb')\n", "raw-fd", "fail"),
+    ("import ctypes\n", "raw-memory", "fail"),
+    ("exec('x = 1')\n", "dynamic-code", "fail"),
+    ("m = __import__('ti' + 'me')\n", "dynamic-code", "fail"),
+    ("import torch\nclass Lazy(torch.Tensor):\n    pass\n", "tensor-subclass", "fail"),
+    ("class T:\n    @classmethod\n    def __torch_function__(cls, f, t, a=(), k=None):\n        pass\n", "tensor-subclass", "fail"),
+    ("_C = {}\ndef run(x, out):\n    if x.data_ptr() in _C:\n        out.copy_(_C[x.data_ptr()])\n", "output-cache", "fail"),
+    ("_C = {}\ndef run(x, out):\n    key = (id(x), x.shape)\n    hit = _C.get(key)\n", "output-cache", "fail"),
+    ("def run(x, out, _memo={}):\n    _memo[id(x)] = out\n", "output-cache", "fail"),
+    ("import functools\n@functools.lru_cache(maxsize=None)\ndef run(x):\n    return x\n", "memoized-entry", "fail"),
+    ("_C = {}\ndef run(x, out):\n    key = tuple(x.shape)\n    _C[key] = out.clone()\n", "shape-keyed-cache", "warn"),
+    ("def run(x, out):\n    out.copy_(x.half())\n", "low-precision-cast", "warn"),
+    ("import torch\ndef run(x, out):\n    out.copy_(x.to(torch.bfloat16))\n", "low-precision-cast", "warn"),
+    ("import torch\ndef run(x, out):\n    acc = torch.zeros(4, dtype=torch.bfloat16)\n", "low-precision-cast", "warn"),
+    ("import triton.language as tl\ndef k(x):\n    return x.to(tl.float8e4nv)\n", "low-precision-cast", "warn"),
+    ("import torch\ntorch.backends.cuda.matmul.allow_tf32 = True\n", "precision-downgrade", "warn"),
+    ("import torch\ntorch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = True\n", "precision-downgrade", "warn"),
+    ("import torch\ntorch.set_float32_matmul_precision('medium')\n", "precision-downgrade", "warn"),
+    ("def run(x, out):\n    return x.data_ptr()\n", "data-ptr", "warn"),
+    ("done = False\ndef run(x, out):\n    global done\n    done = True\n", "cross-call-state", "warn"),
+    ("def run(x, out):\n    open('/tmp/o.txt', 'w').write('x')\n", "file-access", "warn"),
+    ("import os\ndef run(x, out):\n    return os.environ.get('BENCH')\n", "env-read", "warn"),
+    ("import os\nMODE = os.getenv('BENCH')\n", "env-read", "warn"),
+]
+
+
+@pytest.mark.parametrize(("src", "rule", "severity"), CHEATS, ids=[f"{r}-{i}" for i, (_, r, _s) in enumerate(CHEATS)])
+def test_cheat_pattern_is_reported(src: str, rule: str, severity: str) -> None:
+    found = _rules(src)
+    assert rule in found, f"{rule} not reported; got {found}"
+    assert found[rule] == severity == RULES[rule].severity
+
+
+BENIGN = [
+    # the ordinary end-of-kernel store and dtype-following casts
+    "import torch\ndef run(i, g, n, p, out):\n    acc = torch.zeros(out.shape, dtype=torch.float32)\n    acc.index_add_(0, i, g.float())\n    out.copy_(acc)\n",
+    "def run(x, grad):\n    return x.to(grad.dtype)\n",
+    "import triton.language as tl\ndef k(p, x):\n    tl.store(p, x.to(p.dtype.element_ty))\n    return x.to(tl.float32)\n",
+    # reading flags, synchronising, cudnn autotune, numbers from os.path
+    "import torch\ntorch.backends.cudnn.benchmark = True\nok = torch.backends.cuda.matmul.allow_tf32\n",
+    "import torch\ndef run(x):\n    torch.cuda.synchronize()\n",
+    "import os\nHERE = os.path.dirname(__file__)\n",
+    "import torch\ntorch.set_float32_matmul_precision('highest')\n",
+    # a local dict keyed on a pointer lives for one call only
+    "def run(x, out):\n    seen = {}\n    seen[id(x)] = 1\n",
+    # a module-level config table keyed on ints
+    "_CFG = {}\ndef cfg(n: int):\n    if n not in _CFG:\n        _CFG[n] = n * 2\n    return _CFG[n]\n",
+    # torch.compile and re.compile are not exec
+    "import re, torch\nP = re.compile('x')\nf = torch.compile(lambda x: x)\n",
+    # local variables named like modules are not modules
+    "def run(time, out):\n    time.perf_counter = 1\n",
+]
+
+
+@pytest.mark.parametrize("src", BENIGN)
+def test_benign_code_has_no_fail_findings(src: str) -> None:
+    fails = [f for f in scan_source("k.py", src, "run") if f.severity == "fail"]
+    assert fails == []
+
+
+def test_findings_name_file_line_and_rule() -> None:
+    src = "import torch\n\n\ndef run(x, out):\n    out.copy_(x)\n\n\ntorch.allclose = lambda *a, **k: True\n"
+    (f,) = scan_source("pkg/kernel.py", src, "run")
+    assert (f.file, f.line, f.rule, f.severity) == ("pkg/kernel.py", 8, "checker-monkeypatch", "fail")
+    assert "torch.allclose" in f.message
+
+
+def test_stage_fails_on_any_fail_rule_and_reports_warnings() -> None:
+    problem = CATALOGUE.get("embedding_backward")
+    spec = SolutionSpec(language="python", entry_point="kernel.py::run")
+    helper = "import torch\n\ndef cast(x):\n    return x.bfloat16()\n"
+    bad = "import time\nfrom helper import cast\n\ndef run(i, g, n, p, out):\n    out.copy_(cast(g))\n\ntime.time = lambda: 0.0\n"
+    sol = Solution(
+        name="two_files", definition=problem.name, spec=spec,
+        sources=[SourceFile(path="kernel.py", content=bad), SourceFile(path="helper.py", content=helper)],
+    )
+    result = static.run(AuditContext(problem=problem, solution=sol))
+    assert result.status is StageStatus.failed
+    assert result.summary.startswith("kernel.py:7 [timer-monkeypatch]")
+    assert result.metrics["fail_rules"] == ["timer-monkeypatch"]
+    assert result.metrics["warn_rules"] == ["low-precision-cast"]
+    files = {f["file"] for f in result.evidence["findings"]}
+    assert files == {"kernel.py", "helper.py"}
+
+    good = sol.model_copy(update={"sources": [SourceFile(path="kernel.py", content=bad.replace("time.time = lambda: 0.0\n", "")), sol.sources[1]]})
+    result = static.run(AuditContext(problem=problem, solution=good))
+    assert result.status is StageStatus.passed
+    assert "1 warning(s): low-precision-cast" in result.summary
+
+
+def test_unparseable_python_fails_and_other_files_warn() -> None:
+    assert _rules("def run(:\n") == {"dynamic-code": "fail"}
+    (f,) = scan_source("kernel.cu", "__global__ void k() {}", None)
+    assert (f.rule, f.severity) == ("unparsed", "warn")

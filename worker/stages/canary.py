@@ -1,0 +1,231 @@
+"""Stage 5, canary: train a small decoder on real text with the kernel at its site, paired with the reference.
+
+The submission trains in its own process and sends back weights; this process evaluates them
+on held-out text, runs the reference and the null runs itself, checks the kernel's gradient on
+the reference's own trajectory against fp64, and judges (rule: worker.canary.judge).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+import torch
+
+from worker.canary import judge as J
+from worker.canary.binding import CanaryUnsupported, Kernel, OpBinding, bind
+from worker.canary.data import draw_batches, heldout_set, split
+from worker.canary.model import init_state
+from worker.canary.profiles import CanaryProfile, profile_for
+from worker.canary.train import (
+    State, capture_op_args, heldout_loss, perturbed_kernel, reference_kernel, train,
+)
+from worker.context import AuditContext
+from worker.stages.result import StageResult, StageStatus
+
+NAME = "canary"
+
+RULE = (
+    "fails if the kernel's output on the op's real arguments along the reference run exceeds the budget ratio "
+    "(default 4x) of the ideal output's fp64 error in any bucket of rows, or if, per optimiser, the mean over "
+    "checkpoints of the paired held-out loss gap (submission - reference, same seed/init/batches) exceeds "
+    "max(band_factor x largest |null gap|, loss_floor); nulls = reference reruns and reference with its op "
+    "output moved 1 ulp on a random half of elements"
+)
+
+
+def _validate_states(steps: list[int], states: list[Any], like: State) -> dict[int, State]:
+    if len(steps) != len(states):
+        raise ValueError("checkpoint steps and states differ in number")
+    out: dict[int, State] = {}
+    for s, st in zip(steps, states):
+        if not isinstance(st, dict) or set(st) != set(like):
+            raise ValueError(f"checkpoint {s}: parameter names differ from the model's")
+        for k, v in st.items():
+            if not isinstance(v, torch.Tensor) or type(v) is not torch.Tensor or v.shape != like[k].shape:
+                raise ValueError(f"checkpoint {s}: '{k}' is not a tensor of shape {tuple(like[k].shape)}")
+        out[int(s)] = {k: v.float() for k, v in st.items()}
+    return out
+
+
+def run(ctx: AuditContext, profile: CanaryProfile | None = None) -> StageResult:
+    spec = ctx.problem.spec.canary
+    if spec is None:
+        return StageResult(name=NAME, status=StageStatus.skipped, summary="the problem declares no canary site (audit.json canary.site)")
+    p = profile or profile_for(ctx.profile)
+    try:
+        binding = bind(spec.site, ctx.problem.definition)
+    except CanaryUnsupported as err:
+        return StageResult(name=NAME, status=StageStatus.error, summary=f"cannot place the op in the model: {err}")
+    return _run(ctx, p, binding)
+
+
+def _run(ctx: AuditContext, p: CanaryProfile, binding: OpBinding) -> StageResult:
+    t0 = time.perf_counter()
+    device = ctx.device
+    seed = ctx.derive_seed("canary")
+    train_ids, held_ids = split(p.vocab_size, p.heldout_fraction)
+    batches = draw_batches(train_ids, p.steps, p.batch_size, p.seq_len, seed)
+    held = heldout_set(held_ids, p.heldout_sequences, p.seq_len)
+    init = init_state(p, binding.site, seed)
+    ref: Kernel = reference_kernel(ctx.reference.run_fn)
+    steps = [s for s in p.checkpoints if s <= p.steps]
+    timings: dict[str, float] = {}
+
+    def evaluate(states: dict[int, State]) -> list[float]:
+        return [heldout_loss(p, binding.site, states[s], held, device) for s in steps]
+
+    def parent_run(kernel: Kernel, opt: str) -> tuple[list[float], list[float], dict[int, State]]:
+        torch.manual_seed(seed)
+        out = train(p, binding, kernel, init, batches, opt, device, tuple(steps))  # type: ignore[arg-type]
+        return evaluate(out.checkpoints), out.losses, out.checkpoints
+
+    losses: list[J.LossJudgement] = []
+    curves: dict[str, Any] = {}
+    ref_sgd_states: dict[int, State] = {}
+    for opt in p.optimizers:
+        ctx.progress(f"canary: reference, {opt}")
+        t = time.perf_counter()
+        ref_eval, ref_train, ref_states = parent_run(ref, opt)
+        timings[f"reference_{opt}_s"] = round(time.perf_counter() - t, 2)
+        if opt == "sgd":
+            ref_sgd_states = ref_states
+        ctx.progress(f"canary: submission, {opt}")
+        t = time.perf_counter()
+        reply = ctx.sandbox().request(
+            "canary_train",
+            {"profile": p.model_dump(mode="json"), "binding": binding.model_dump(mode="json"), "init": init,
+             "batches": batches, "optimizer": opt, "checkpoints": steps, "seed": seed, "threads": torch.get_num_threads()},
+            timeout_s=p.child_timeout_s,
+        )
+        timings[f"submission_{opt}_s"] = round(time.perf_counter() - t, 2)
+        sub_states = _validate_states(list(reply.get("checkpoint_steps", [])), list(reply.get("checkpoint_states", [])), init)
+        missing = [s for s in steps if s not in sub_states]
+        if missing:
+            return StageResult(name=NAME, status=StageStatus.failed, summary=f"the submission's run sent no weights for steps {missing}")
+        sub_eval = evaluate(sub_states)
+        nulls: list[list[float]] = []
+        null_kinds: list[str] = []
+        t = time.perf_counter()
+        for i in range(p.repeat_runs):
+            ctx.progress(f"canary: reference rerun {i + 1}, {opt}")
+            nulls.append(parent_run(ref, opt)[0])
+            null_kinds.append("rerun")
+        for i in range(p.perturbed_runs):
+            ctx.progress(f"canary: perturbed reference {i + 1}, {opt}")
+            nulls.append(parent_run(perturbed_kernel(ref, seed + 1000 + i, device), opt)[0])
+            null_kinds.append("perturbed_1ulp")
+        timings[f"nulls_{opt}_s"] = round(time.perf_counter() - t, 2)
+        lj = J.judge_loss(opt, steps, ref_eval, sub_eval, nulls, p.band_factor, p.loss_floor)
+        losses.append(lj)
+        sub_train = [float(x) for x in reply.get("losses", [])]
+        curves[opt] = {
+            "reference_train_loss": ref_train,
+            "submission_train_loss_reported": sub_train,  # the child's own numbers: evidence only, never judged
+            "heldout": lj.model_dump(),
+            "null_kinds": null_kinds,
+        }
+
+    # gradient fidelity along the reference's own SGD trajectory, on real batches, against fp64
+    ctx.progress("canary: gradient fidelity")
+    t = time.perf_counter()
+    fid: list[J.BucketFidelity] = []
+    oracle = ctx.problem.oracle()
+    budgets = ctx.problem.spec.budgets
+    state_at = {0: init, **ref_sgd_states}
+    sandbox = ctx.sandbox()
+    for fstep in p.fidelity_steps:
+        state = state_at.get(fstep)
+        if state is None:
+            continue
+        seq = batches[min(fstep, p.steps - 1)]
+        calls = capture_op_args(p, binding, ref, state, seq, device, p.fidelity_calls_per_step)
+        for args in calls:
+            specs = _specs_for(binding, args, ref, device)
+            reply = sandbox.request("call", {"args": args, "outputs": specs})
+            outs = reply["outputs"]
+            exact = oracle(*args)
+            exact = list(exact) if isinstance(exact, (tuple, list)) else [exact]
+            for spec, o, e in zip(binding.outputs, outs, exact):
+                budget = budgets.get(spec.name)
+                counts = None
+                if budget is not None and budget.bucket_by is not None and budget.bucket_by.kind == "index_count":
+                    idx = args[[s.name for s in binding.inputs].index(budget.bucket_by.input)] if budget.bucket_by.input in [s.name for s in binding.inputs] else None
+                    if isinstance(idx, torch.Tensor):
+                        counts = torch.bincount(idx.reshape(-1).long(), minlength=o.shape[0])
+                fid.extend(J.fidelity(fstep, spec.name, o, e, budget, counts))
+    timings["fidelity_s"] = round(time.perf_counter() - t, 2)
+
+    max_ratio = {s.name: (budgets[s.name].max_ratio if s.name in budgets else 4.0) for s in binding.outputs}
+    fid_bad = [f for f in fid if f.ratio > max_ratio[f.output]]
+    w = J.worst(fid)
+    loss_bad = [lj for lj in losses if lj.exceeded]
+    by_opt = {lj.optimizer: lj for lj in losses}
+    sgd_bad = "sgd" in by_opt and by_opt["sgd"].exceeded
+    adam_ok = "adamw" in by_opt and not by_opt["adamw"].exceeded
+    masked_by_adamw = bool((sgd_bad or fid_bad) and adam_ok)
+
+    parts = []
+    for lj in losses:
+        parts.append(f"{lj.optimizer} held-out gap {lj.mean_gap:+.4f} (limit {lj.threshold:.4f}, null band {lj.band:.4f})")
+    if w is not None:
+        parts.append(f"worst gradient bucket {w.output}[{w.bucket} contributions] {w.ratio:.1f}x the ideal error at step {w.step}")
+    if fid_bad or loss_bad:
+        status = StageStatus.failed
+        why = []
+        if fid_bad:
+            f0 = max(fid_bad, key=lambda f: f.ratio)
+            why.append(f"the op's gradient on real text is {f0.ratio:.1f}x the ideal error ({f0.output}, rows with {f0.bucket} contributions, "
+                       f"rel err {f0.kernel_rel_err:.2e} vs {f0.ideal_rel_err:.2e}; budget {max_ratio[f0.output]:g}x)")
+        for lj in loss_bad:
+            why.append(f"with {lj.optimizer} the held-out loss is worse by {lj.mean_gap:+.4f} nats, beyond the noise limit {lj.threshold:.4f}")
+        summary = "changes training beyond rounding: " + "; ".join(why)
+        if masked_by_adamw:
+            summary += "; masked by AdamW (its loss gap stays inside the noise band)"
+    else:
+        status = StageStatus.passed
+        summary = "trains like the reference: " + "; ".join(parts)
+    diagnosis = []
+    if fid_bad and any(f.bucket not in ("1", "all") for f in fid_bad) and all(f.ratio <= max_ratio[f.output] for f in fid if f.bucket == "1"):
+        diagnosis.append("error grows with the number of contributions per row: consistent with low-precision accumulation")
+    metrics: dict[str, Any] = {
+        "profile": p.name,
+        "site": binding.site,
+        "rule": RULE,
+        "loss_gap": {lj.optimizer: lj.mean_gap for lj in losses},
+        "loss_threshold": {lj.optimizer: lj.threshold for lj in losses},
+        "noise_band": {lj.optimizer: lj.band for lj in losses},
+        "loss_exceeded": {lj.optimizer: lj.exceeded for lj in losses},
+        "fidelity_worst_ratio": w.ratio if w is not None else None,
+        "fidelity_failed": bool(fid_bad),
+        "masked_by_adamw": masked_by_adamw,
+        "runs": {"parent": len(p.optimizers) * (1 + p.repeat_runs + p.perturbed_runs), "submission": len(p.optimizers)},
+        "timings": {**timings, "total_s": round(time.perf_counter() - t0, 2)},
+    }
+    if diagnosis:
+        metrics["diagnosis"] = diagnosis
+    return StageResult(
+        name=NAME,
+        status=status,
+        summary=summary,
+        metrics=metrics,
+        evidence={
+            "seed": seed,
+            "profile": p.model_dump(mode="json"),
+            "binding": binding.model_dump(mode="json"),
+            "curves": curves,
+            "fidelity": J.summarise_fidelity(fid),
+            "fidelity_all": [f.model_dump() for f in fid],
+        },
+    )
+
+
+def _specs_for(binding: OpBinding, args: list[Any], ref: Kernel, device: str) -> list[dict[str, Any]]:
+    """Output shapes for a direct call: the reference's outputs on the same arguments give them."""
+    outs = ref([a.to(device) if isinstance(a, torch.Tensor) else a for a in args], [{"dtype": s.dtype} for s in binding.outputs])
+    return [{"shape": list(o.shape), "dtype": s.dtype} for o, s in zip(outs, binding.outputs)]
+
+
+def is_finite(x: float) -> bool:
+    return math.isfinite(x)
