@@ -197,7 +197,7 @@ def test_bf16_accumulator_passes_the_benchmark_rule_on_uniform_ids() -> None:
 )
 def test_behavioural_check_catches_a_probe_only_failure(fixture: str, check: str, benchmark_passes: bool | None) -> None:
     solution = fixture_solution(fixture)
-    result = run_probes(EMB, solution, only=["real_text", "zipf_s1.2"])
+    result = run_probes(EMB, solution, only=["zipf_s1.2", "odd_noncontiguous"])
     assert result.status is StageStatus.failed
     checks = result.metrics["checks"]
     assert checks[check]["passed"] is False, checks

@@ -9,6 +9,7 @@ import pytest
 import schemathesis
 from schemathesis import GenerationMode
 from hypothesis import HealthCheck, settings
+from hypothesis.errors import Unsatisfiable
 from schemathesis.checks import not_a_server_error
 from svc_support import bootstrap, example
 
@@ -60,8 +61,11 @@ def test_no_server_errors(fuzz_target) -> None:  # type: ignore[no-untyped-def]
                 response = case.call_and_validate(headers=headers, checks=[not_a_server_error])
                 seen[response.status_code] += 1
 
-            check()
-    assert {202, 422, 404} <= set(seen), seen  # the fuzzer reached acceptance, validation and lookup paths
+            try:
+                check()
+            except Unsatisfiable:
+                assert mode is GenerationMode.NEGATIVE  # nothing to break in an operation without inputs
+    assert {422, 404} <= set(seen) and any(200 <= c < 300 for c in seen), seen  # validation, lookups and successes reached
 
 
 def test_openapi_documents_both_submission_bodies(fuzz_target) -> None:  # type: ignore[no-untyped-def]
