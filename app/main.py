@@ -10,9 +10,11 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
 from app.audits.queue import AuditQueue
+from app.auth.dependencies import KeyCache
 from app.auth.ratelimit import RateLimiter
 from app.auth.router import router as auth_router
 from app.core.bodylimit import BodyLimitMiddleware
+from app.core.cache import ResponseCache
 from app.core.db import make_engine, make_sessionmaker
 from app.core.settings import Settings
 from app.leaderboard.router import router as leaderboard_router
@@ -40,6 +42,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.queue = AuditQueue(make_celery(settings))
     app.state.limiter = RateLimiter(settings.limits_storage, settings.rate_limit)
     app.state.problems = ProblemIndex()
+    app.state.key_cache = KeyCache(ttl_s=settings.key_cache_s)
+    app.state.leaderboards = ResponseCache(ttl_s=settings.leaderboard_cache_s)
     app.add_middleware(BodyLimitMiddleware, limit=settings.body_limit_bytes)
     for r in (submissions_router, problems_router, leaderboard_router, auth_router):
         app.include_router(r)

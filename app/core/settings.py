@@ -40,7 +40,8 @@ class Settings(BaseSettings):
     body_limit_bytes: int = 1024 * 1024
     rate_limit: str = "120/minute"
     rate_limit_storage_url: str | None = Field(default=None, description="memory:// or redis://; default: REDIS_URL, else memory")
-    public_url: str = ""
+    key_cache_s: float = Field(default=10.0, description="a revoked API key stops working within this many seconds")
+    leaderboard_cache_s: float = Field(default=2.0, description="leaderboards are served from a per-process cache this fresh")
 
     @property
     def sqlalchemy_url(self) -> str:

@@ -41,8 +41,8 @@ def _invalid(errors: list[FieldError]) -> JSONResponse:
 
 
 def _accepted(request: Request, acc: service.Accepted) -> JSONResponse:
-    url = f"/v1/submissions/{acc.submission.id}"
-    body = SubmissionAccepted(id=acc.submission.id, audit_id=acc.audit.id, status=acc.audit.status, status_url=url,  # type: ignore[arg-type]
+    url = f"/v1/submissions/{acc.submission_id}"
+    body = SubmissionAccepted(id=acc.submission_id, audit_id=acc.audit_id, status=acc.status, status_url=url,  # type: ignore[arg-type]
                               queue_position=acc.queue_position, idempotent_replay=acc.replay)
     return JSONResponse(status_code=202, content=body.model_dump(mode="json"), headers={"Location": url})
 

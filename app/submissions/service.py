@@ -4,17 +4,20 @@ from __future__ import annotations
 
 import hashlib
 import json
+import secrets
 from dataclasses import dataclass
 from typing import Any
 
+from sqlalchemy import func, insert, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from app.audits import repository as audits
 from app.audits.queue import AuditQueue
 from app.auth.dependencies import Principal
+from app.core.db import utcnow
 from app.core.settings import Settings
-from app.models import Audit, Submission
+from app.models import Audit, Submission, new_id
 from app.submissions import repository
 from app.submissions.schemas import StageOut, SubmissionStatus
 
@@ -25,8 +28,9 @@ class IdempotencyConflict(Exception):
 
 @dataclass(frozen=True)
 class Accepted:
-    submission: Submission
-    audit: Audit
+    submission_id: str
+    audit_id: str
+    status: str
     replay: bool
     queue_position: int | None
 
@@ -41,7 +45,7 @@ def _replay(session: Session, existing: Submission, digest: str) -> Accepted:
     audit = audits.latest_audit(session, existing.id)
     assert audit is not None
     pos = audits.queue_position(session, audit) if audit.status == "queued" else None
-    return Accepted(existing, audit, True, pos)
+    return Accepted(existing.id, audit.id, audit.status, True, pos)
 
 
 def submit(session: Session, queue: AuditQueue, settings: Settings, principal: Principal, *, problem_name: str, problem_hash: str,
@@ -51,14 +55,18 @@ def submit(session: Session, queue: AuditQueue, settings: Settings, principal: P
         existing = repository.by_idempotency_key(session, principal.key_id, idempotency_key)
         if existing is not None:
             return _replay(session, existing, digest)
-    sub = Submission(problem_name=problem_name, api_key_id=principal.key_id, submitter=principal.submitter,
-                     solution_name=solution_name, source=data, source_hash=digest, idempotency_key=idempotency_key)
-    session.add(sub)
-    audit = audits.new_audit(session, sub, problem_hash=problem_hash, attempt=1, reason="submitted", stages=settings.audit_stages,
-                             device=settings.device, queue=settings.audit_queue)
+    # Core inserts, not the ORM unit of work: this is the hot path of the API
+    sub_id, audit_id, now = new_id(), new_id(), utcnow()
     try:
-        session.flush()
-        position = audits.queue_position(session, audit)
+        session.execute(insert(Submission).values(
+            id=sub_id, problem_name=problem_name, api_key_id=principal.key_id, submitter=principal.submitter,
+            solution_name=solution_name, source=data, source_hash=digest, idempotency_key=idempotency_key, created_at=now))
+        session.execute(insert(Audit).values(
+            id=audit_id, submission_id=sub_id, attempt=1, status="queued", reason="submitted", problem_hash=problem_hash,
+            seed=secrets.randbits(62), stages=settings.audit_stages, device=settings.device, queue=settings.audit_queue,
+            enqueued_at=now, claims=0, created_at=now))
+        ahead = session.scalar(select(func.count()).select_from(Audit).where(
+            Audit.status == "queued", Audit.queue == settings.audit_queue, Audit.enqueued_at < now))
         session.commit()
     except IntegrityError:
         session.rollback()
@@ -66,8 +74,8 @@ def submit(session: Session, queue: AuditQueue, settings: Settings, principal: P
         if existing is None:
             raise
         return _replay(session, existing, digest)
-    queue.send(audit.id, audit.queue)  # after the commit: a worker never sees an audit that is not in the database
-    return Accepted(sub, audit, False, position)
+    queue.send(audit_id, settings.audit_queue)  # after the commit: a worker never sees an audit that is not in the database
+    return Accepted(sub_id, audit_id, "queued", False, int(ahead or 0) + 1)
 
 
 def reaudit(session: Session, queue: AuditQueue, settings: Settings, sub: Submission, problem_hash: str) -> Accepted:
@@ -78,7 +86,7 @@ def reaudit(session: Session, queue: AuditQueue, settings: Settings, sub: Submis
     position = audits.queue_position(session, audit)
     session.commit()
     queue.send(audit.id, audit.queue)
-    return Accepted(sub, audit, False, position)
+    return Accepted(sub.id, audit.id, audit.status, False, position)
 
 
 def status(session: Session, sub: Submission) -> SubmissionStatus:

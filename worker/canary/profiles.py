@@ -43,6 +43,7 @@ class CanaryProfile(BaseModel):
     band_factor: float = Field(3.0, description="a loss gap fails above band_factor x the largest null gap ...")
     loss_floor: float = Field(description="... and above this many nats, whichever is larger")
     autocast_bf16: bool = False
+    threads: int | None = Field(None, description="torch intra-op threads for every run (None: leave as is); 1 avoids spin-wait contention on shared CPUs")
     child_timeout_s: float = 300.0
 
 
@@ -55,10 +56,11 @@ CPU = CanaryProfile(
     d_ff=256,
     seq_len=64,
     batch_size=32,
-    steps=100,
+    steps=80,
     heldout_sequences=64,
-    checkpoints=(10, 25, 50, 75, 100),
-    fidelity_steps=(0, 50, 100),
+    checkpoints=(10, 20, 40, 60, 80),
+    fidelity_steps=(0, 40, 80),
+    threads=1,
     sgd_lr=0.1,
     perturbed_runs=2,
     repeat_runs=0,  # the CPU is deterministic: a rerun of the reference gives a gap of exactly 0

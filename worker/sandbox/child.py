@@ -217,10 +217,11 @@ def main() -> None:
         except EOFError:
             return
         op = msg.pop("op", "")
+        nonce = msg.pop("nonce", "")
         try:
             handler = _resolve(op)
         except KeyError:
-            framing.write_frame(write_fd, {"ok": False, "kind": "harness", "error": f"unknown op '{op}'"})
+            framing.write_frame(write_fd, {"ok": False, "kind": "harness", "error": f"unknown op '{op}'", "nonce": nonce})
             continue
         try:
             reply = handler(state, msg)
@@ -234,10 +235,11 @@ def main() -> None:
                     "kind": "submission",
                     "error": f"{type(err).__name__}: {err}",
                     "traceback": traceback.format_exc()[-4000:],
+                    "nonce": nonce,
                 },
             )
             continue
-        framing.write_frame(write_fd, reply)
+        framing.write_frame(write_fd, {**reply, "nonce": nonce})
 
 
 if __name__ == "__main__":

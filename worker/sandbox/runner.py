@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import secrets
 import select
 import signal
 import subprocess
@@ -157,8 +158,11 @@ class Sandbox:
         if self._proc is None:
             raise SandboxCrash("sandbox is not running")
         timeout = timeout_s if timeout_s is not None else self.default_timeout_s
+        # every reply must echo this request's nonce: a frame the submission forged
+        # (or a stream shifted by one) is caught here or at the next request
+        nonce = secrets.token_hex(8)
         try:
-            framing.write_frame(self._to_child, {"op": op, **payload})
+            framing.write_frame(self._to_child, {"op": op, "nonce": nonce, **payload})
         except (BrokenPipeError, OSError) as err:
             log = self.log_tail()
             self.close()
@@ -180,6 +184,10 @@ class Sandbox:
             log = self.log_tail()
             self.close()
             raise SandboxCrash(f"the submission's process sent an unreadable reply to '{op}': {err}", log) from err
+        if reply.get("nonce") != nonce:
+            log = self.log_tail()
+            self.close()
+            raise SandboxCrash(f"the reply to '{op}' is out of sequence: the result channel was written by someone else", log)
         if not reply.get("ok", False):
             kind = reply.get("kind", "submission")
             message = str(reply.get("error", "unknown error"))

@@ -58,7 +58,13 @@ def run(ctx: AuditContext, profile: CanaryProfile | None = None) -> StageResult:
         binding = bind(spec.site, ctx.problem.definition)
     except CanaryUnsupported as err:
         return StageResult(name=NAME, status=StageStatus.error, summary=f"cannot place the op in the model: {err}")
-    return _run(ctx, p, binding)
+    previous = torch.get_num_threads()
+    if p.threads:
+        torch.set_num_threads(p.threads)
+    try:
+        return _run(ctx, p, binding)
+    finally:
+        torch.set_num_threads(previous)
 
 
 def _run(ctx: AuditContext, p: CanaryProfile, binding: OpBinding) -> StageResult:
@@ -96,7 +102,7 @@ def _run(ctx: AuditContext, p: CanaryProfile, binding: OpBinding) -> StageResult
         reply = ctx.sandbox().request(
             "canary_train",
             {"profile": p.model_dump(mode="json"), "binding": binding.model_dump(mode="json"), "init": init,
-             "batches": batches, "optimizer": opt, "checkpoints": steps, "seed": seed, "threads": torch.get_num_threads()},
+             "batches": batches, "optimizer": opt, "checkpoints": steps, "seed": seed, "threads": p.threads or 0},
             timeout_s=p.child_timeout_s,
         )
         timings[f"submission_{opt}_s"] = round(time.perf_counter() - t, 2)
