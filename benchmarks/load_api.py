@@ -1,6 +1,6 @@
 """Load benchmark of the API against Postgres and Redis.
 
-  .venv/bin/python benchmarks/load_api.py [--seconds 10] [--concurrency 16] [--workers 2]
+  .venv/bin/python benchmarks/load_api.py [--seconds 10] [--concurrency 8] [--workers 3]
 
 Starts uvicorn (N worker processes) on a fresh Postgres database, seeds a leaderboard, then drives
 POST /v1/submissions and GET /v1/leaderboard/{problem} from a separate load process (a lean asyncio
@@ -139,8 +139,8 @@ def seed(settings, n_submitters: int = 40) -> tuple[str, str]:  # type: ignore[n
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seconds", type=float, default=10.0)
-    ap.add_argument("--concurrency", type=int, default=16)
-    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--concurrency", type=int, default=8)
+    ap.add_argument("--workers", type=int, default=3)
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "load_api.txt")
     args = ap.parse_args()
 

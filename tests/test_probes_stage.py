@@ -16,10 +16,12 @@ import torch
 from worker.catalogue import Problem, load_catalogue
 from worker.context import AuditContext
 from worker.formats import Solution, solution_from_python_file
+from worker.formats.dtypes import to_torch
 from worker.inputs import build_case
 from worker.probes.checks import ulps
 from worker.probes.errors import OutputError, measure_output
 from worker.problem_spec import BucketBy, OutputBudget
+from worker.reference import Reference
 from worker.sandbox import Sandbox
 from worker.stages import probes as probes_stage
 from worker.stages.compare import compare_output
@@ -54,23 +56,18 @@ def fixture_solution(name: str) -> Solution:
 def benchmark_rule_passes(problem: Problem, solution: Solution) -> list[str]:
     """The benchmark's elementwise rule on every CPU workload (uniform ids); returns the failures."""
     failures = []
+    reference = Reference.of(problem.definition)
     with Sandbox("cpu") as sb:
         sb.load(solution)
         for i, w in enumerate(problem.workloads("cpu")):
-            case = build_case(problem.definition, Reference_of(problem), w, seed=1000 + i, folder=problem.folder)
+            case = build_case(problem.definition, reference, w, seed=1000 + i, folder=problem.folder)
             reply = sb.request("call", {"args": case.args(problem.definition), "outputs": case.output_specs(problem.definition)})
-            refs = Reference_of(problem).run(case.args(problem.definition))
+            refs = reference.run(case.args(problem.definition))
             for (name, spec), out, ref in zip(problem.definition.outputs.items(), reply["outputs"], refs):
-                cmp = compare_output(name, out, ref, out.dtype, problem.spec.tolerance)
+                cmp = compare_output(name, out, ref, to_torch(spec.dtype), problem.spec.tolerance)
                 if not cmp.ok:
                     failures.append(f"{w.uuid}: {cmp.reason or cmp.match_fraction}")
     return failures
-
-
-def Reference_of(problem: Problem):  # noqa: N802 - a cached constructor
-    from worker.reference import Reference
-
-    return Reference.of(problem.definition)
 
 
 # --- the metric itself ----------------------------------------------------------
@@ -213,3 +210,21 @@ def test_behavioural_check_catches_a_probe_only_failure(fixture: str, check: str
         assert checks[check]["outputs"]["grad_weight"]["rows_with_unwritten"] > 0
     if benchmark_passes:
         assert benchmark_rule_passes(EMB, solution) == []
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize(("solution_name", "passes"), [("triton_fp32", True), ("triton_bf16_atomic", False)])
+def test_gpu_profile_separates_fp32_atomics_from_bf16_atomics(solution_name: str, passes: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    ctx = AuditContext(problem=EMB, solution=EMB.example_solution(solution_name), device="cuda", seed=5)
+    try:
+        result = probes_stage.run(ctx)
+    finally:
+        ctx.close()
+    if passes:
+        # fp32 atomics reorder sums between runs: rounding-level only, so determinism and order checks pass
+        assert result.status is StageStatus.passed, (result.summary, result.metrics["diagnosis"][:3])
+    else:
+        assert result.status is StageStatus.failed
+        assert "index multiplicity" in result.metrics["diagnosis"][0] and "bf16" in result.metrics["diagnosis"][0]

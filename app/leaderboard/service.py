@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 from app.leaderboard.schemas import Leaderboard, LeaderboardRow
 from app.models import FINISHED, Audit, StageResultRow, Submission
 
-_KERNEL_KEYS = ("kernel_ms", "solution_ms", "solution_median_ms", "median_ms", "time_ms", "latency_ms", "mean_ms")
+_KERNEL_KEYS = ("kernel_median_ms", "kernel_ms", "solution_ms", "solution_median_ms", "median_ms", "time_ms", "latency_ms", "mean_ms")
 _REFERENCE_KEYS = ("reference_ms", "reference_median_ms", "baseline_ms", "ref_ms")
 
 

@@ -8,7 +8,7 @@ import secrets
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import func, insert, select
+from sqlalchemy import bindparam, func, insert, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -20,6 +20,14 @@ from app.core.settings import Settings
 from app.models import Audit, Submission, new_id
 from app.submissions import repository
 from app.submissions.schemas import StageOut, SubmissionStatus
+
+
+_SUBMISSIONS, _AUDITS = Submission.__table__, Audit.__table__
+# built once, compiled once per dialect (SQLAlchemy caches the compiled form)
+_INSERT_SUBMISSION = insert(_SUBMISSIONS)
+_INSERT_AUDIT = insert(_AUDITS)
+_QUEUED_AHEAD = select(func.count()).select_from(_AUDITS).where(
+    _AUDITS.c.status == "queued", _AUDITS.c.queue == bindparam("queue"), _AUDITS.c.enqueued_at < bindparam("now"))
 
 
 class IdempotencyConflict(Exception):
@@ -55,18 +63,18 @@ def submit(session: Session, queue: AuditQueue, settings: Settings, principal: P
         existing = repository.by_idempotency_key(session, principal.key_id, idempotency_key)
         if existing is not None:
             return _replay(session, existing, digest)
-    # Core inserts, not the ORM unit of work: this is the hot path of the API
+    # Core statements on the session's connection, not the ORM unit of work: this is the hot path of the API
     sub_id, audit_id, now = new_id(), new_id(), utcnow()
     try:
-        session.execute(insert(Submission).values(
+        conn = session.connection()
+        conn.execute(_INSERT_SUBMISSION, dict(
             id=sub_id, problem_name=problem_name, api_key_id=principal.key_id, submitter=principal.submitter,
             solution_name=solution_name, source=data, source_hash=digest, idempotency_key=idempotency_key, created_at=now))
-        session.execute(insert(Audit).values(
+        conn.execute(_INSERT_AUDIT, dict(
             id=audit_id, submission_id=sub_id, attempt=1, status="queued", reason="submitted", problem_hash=problem_hash,
             seed=secrets.randbits(62), stages=settings.audit_stages, device=settings.device, queue=settings.audit_queue,
             enqueued_at=now, claims=0, created_at=now))
-        ahead = session.scalar(select(func.count()).select_from(Audit).where(
-            Audit.status == "queued", Audit.queue == settings.audit_queue, Audit.enqueued_at < now))
+        ahead = conn.execute(_QUEUED_AHEAD, dict(queue=settings.audit_queue, now=now)).scalar()
         session.commit()
     except IntegrityError:
         session.rollback()

@@ -34,13 +34,20 @@ def pg_url(_need_postgres: None) -> Iterator[str]:
 
 
 @pytest.fixture
-def service_settings(pg_url: str, _need_redis: None, tmp_path: Path) -> Settings:
+def service_settings(pg_url: str, _need_redis: None, tmp_path: Path) -> Iterator[Settings]:
     """Real Postgres (a fresh database) and real Redis, with queue names no other test uses; short leases."""
-    return Settings(
+    settings = Settings(
         database_url=pg_url, redis_url=REDIS_URL, queue_prefix=f"t{uuid.uuid4().hex[:8]}_", audit_stages="intake",
         lease_s=4, heartbeat_s=0.5, requeue_after_s=3, reaper_interval_s=0.5, max_claims=4,
         catalogue_root=None, broker_dir=tmp_path / "broker",
     )
+    yield settings
+    import redis
+
+    try:
+        redis.Redis.from_url(REDIS_URL).delete(settings.audit_queue)
+    except redis.RedisError:
+        pass
 
 
 @pytest.fixture

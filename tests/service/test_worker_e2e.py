@@ -52,6 +52,12 @@ def test_submit_over_http_worker_audits_get_shows_verdict(service_settings: Sett
         assert b["status"] == "failed" and b["verdict"] == "fail"
         assert b["stages"][0]["status"] == "failed" and "entry point 'run'" in b["stages"][0]["summary"]
         assert "caught by intake" in b["summary"]
+
+        # no CUDA (not even torch) in the Celery parent; the pool process that ran the audits has torch loaded
+        parent_maps = Path(f"/proc/{worker.p.pid}/maps").read_text()
+        assert "libtorch" not in parent_maps and "libcuda" not in parent_maps
+        children = [int(c) for c in Path(f"/proc/{worker.p.pid}/task/{worker.p.pid}/children").read_text().split()]
+        assert any("libtorch" in Path(f"/proc/{c}/maps").read_text() for c in children)
     finally:
         worker.kill()
         api.kill()

@@ -183,12 +183,16 @@ def diagnose(outcomes: list[ProbeOutcome], checks: list[CheckResult]) -> list[st
     """Most specific first: verdict.py shows the first."""
     failed = {c.name: c for c in checks if not c.passed}
     lines: list[str] = []
-    for name in ("outputs_written", "inputs_unmodified", "determinism"):
+    for name in ("outputs_written", "inputs_unmodified"):
         if name in failed:
             lines.append(failed[name].summary)
-    for d in (multiplicity_diagnosis(outcomes), reduction_length_diagnosis(outcomes)):
-        if d:
-            lines.append(d)
+    accumulation = [d for d in (multiplicity_diagnosis(outcomes), reduction_length_diagnosis(outcomes)) if d]
+    lines.extend(accumulation)
+    if "determinism" in failed:
+        s = failed["determinism"].summary
+        if accumulation:
+            s += "; consistent with atomics adding in a varying order into a low-precision accumulator"
+        lines.append(s)
     if "outputs_written" not in failed:
         d = nonfinite_diagnosis(outcomes)
         if d:

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from celery import Celery, signals
-from sqlalchemy import distinct, select
+from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.audits import repository
@@ -39,7 +39,7 @@ def reap_once(sessions: sessionmaker[Session], queue: AuditQueue, settings: Sett
         report.requeued_expired.append(a.id)
     threshold = utcnow() - timedelta(seconds=settings.requeue_after_s)
     with sessions() as s:
-        queues = list(s.scalars(select(distinct(Audit.queue)).where(Audit.status == "queued")))
+        queues = list(s.scalars(select(Audit.queue).where(Audit.status == "queued").distinct()))
         for q in queues:
             stale = repository.stale_queued(s, q, threshold)
             if not stale:
