@@ -129,6 +129,8 @@ def seed(settings, n_submitters: int = 40) -> tuple[str, str]:  # type: ignore[n
             repository.store_stage(s, audit.id, None, name="benchmark", position=2, status="passed" if passes else "failed",
                                    summary="seeded", metrics={"kernel_ms": rng.uniform(0.05, 0.5), "reference_ms": 0.4},
                                    evidence={}, duration_s=1.0, lease_s=1)
+            repository.store_stage(s, audit.id, None, name="probes", position=3, status="passed" if sound else "failed",
+                                   summary="seeded", metrics={}, evidence={}, duration_s=1.0, lease_s=1)
             repository.store_stage(s, audit.id, None, name="verdict", position=5, status="passed",
                                    summary="seeded", metrics={"passes_benchmark": passes, "numerically_sound": sound},
                                    evidence={}, duration_s=0.0, lease_s=1)
@@ -141,6 +143,7 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=10.0)
     ap.add_argument("--concurrency", type=int, default=8)
     ap.add_argument("--workers", type=int, default=3)
+    ap.add_argument("--repeat", type=int, default=3, help="runs per endpoint; the median run is the result")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "load_api.txt")
     args = ap.parse_args()
 
@@ -176,10 +179,12 @@ def main() -> None:
         get = [http_request("GET", f"/v1/leaderboard/{PROBLEM}", {})]
         run_load("127.0.0.1", port, post, 2.0, args.concurrency)  # warm-up: pools, imports, caches
         run_load("127.0.0.1", port, get, 1.0, args.concurrency)
-        results = {
-            "POST /v1/submissions": run_load("127.0.0.1", port, post, args.seconds, args.concurrency),
-            f"GET /v1/leaderboard/{PROBLEM}": run_load("127.0.0.1", port, get, args.seconds, args.concurrency),
-        }
+        runs: dict[str, list[dict[str, object]]] = {"POST /v1/submissions": [], f"GET /v1/leaderboard/{PROBLEM}": []}
+        for _ in range(args.repeat):  # alternate, so a burst of load from elsewhere on the machine hits both
+            runs["POST /v1/submissions"].append(run_load("127.0.0.1", port, post, args.seconds, args.concurrency))
+            runs[f"GET /v1/leaderboard/{PROBLEM}"].append(run_load("127.0.0.1", port, get, args.seconds, args.concurrency))
+        # the median run by throughput is the result; every run is listed
+        results = {k: sorted(v, key=lambda r: r["req_per_s"])[len(v) // 2] for k, v in runs.items()}  # type: ignore[arg-type, return-value]
         lb = httpx.get(f"http://127.0.0.1:{port}/v1/leaderboard/{PROBLEM}").json()
     finally:
         if api is not None:
@@ -201,10 +206,14 @@ def main() -> None:
         f"machine: {platform.node()} {platform.machine()}, {os.cpu_count()} CPUs ({cpu}), load average before: {os.getloadavg()}",
         f"python {platform.python_version()}; uvicorn --workers {args.workers} (uvloop, httptools); Postgres {PG_ADMIN.split('@')[-1]};"
         f" Redis (broker and rate limits) {REDIS}",
-        f"load: {args.concurrency} keep-alive connections from a separate process, {args.seconds:.0f} s per endpoint",
+        f"load: {args.concurrency} keep-alive connections from a separate process, {args.repeat} runs of {args.seconds:.0f} s per endpoint",
         f"leaderboard: {len(lb['rows'])} rows ranked from {40 * 3} seeded finished audits",
         "",
     ]
+    for name, rs in runs.items():
+        for i, r in enumerate(rs, start=1):
+            lines.append(f"  run {i} {name}: {r['req_per_s']} req/s, p50 {r['p50_ms']} ms, p99 {r['p99_ms']} ms, {r['status_codes']}")
+    lines.append("median run:")
     for name, r in results.items():
         lines.append(f"{name}: {r['req_per_s']} req/s, p50 {r['p50_ms']} ms, p95 {r['p95_ms']} ms, p99 {r['p99_ms']} ms, "
                      f"max {r['max_ms']} ms, {r['requests']} requests, status codes {r['status_codes']}")

@@ -10,7 +10,7 @@ import torch
 
 from worker.canary import judge as J
 from worker.canary.binding import CanaryUnsupported, bind
-from worker.canary.data import draw_batches, heldout_set, split
+from worker.canary.data import draw_batches, split
 from worker.canary.model import init_state
 from worker.canary.profiles import CPU
 from worker.canary.train import capture_op_args, perturb_ulp, perturbed_kernel, reference_kernel, train

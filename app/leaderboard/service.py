@@ -50,14 +50,16 @@ def leaderboard(session: Session, problem: str, sound_only: bool = False) -> Lea
                StageResultRow.name, StageResultRow.status, StageResultRow.metrics)
         .join(latest, latest.c.submission_id == Submission.id)
         .join(Audit, and_(Audit.submission_id == Submission.id, Audit.attempt == latest.c.attempt))
-        .join(StageResultRow, and_(StageResultRow.audit_id == Audit.id, StageResultRow.name.in_(("benchmark", "verdict"))))
+        .join(StageResultRow, and_(StageResultRow.audit_id == Audit.id, StageResultRow.name.in_(("benchmark", "probes", "verdict"))))
     ).all()
     by_sub: dict[str, dict[str, Any]] = {}
     for sid, submitter, sname, _aid, verdict, finished, stage, sstatus, metrics in rows:
         entry = by_sub.setdefault(sid, dict(submitter=submitter, solution_name=sname, verdict=verdict, audited_at=finished,
-                                            bench=None, bench_status=None, vmetrics={}))
+                                            bench=None, bench_status=None, probes_status=None, vmetrics={}))
         if stage == "benchmark":
             entry["bench"], entry["bench_status"] = metrics or {}, sstatus
+        elif stage == "probes":
+            entry["probes_status"] = sstatus
         else:
             entry["vmetrics"] = metrics or {}
     best: dict[str, LeaderboardRow] = {}
@@ -65,7 +67,8 @@ def leaderboard(session: Session, problem: str, sound_only: bool = False) -> Lea
         passes = e["vmetrics"].get("passes_benchmark")
         if passes is None and e["bench_status"] is not None:
             passes = e["bench_status"] == "passed"
-        sound = e["vmetrics"].get("numerically_sound")
+        # sound only if the probes ran: skipped probes say nothing either way
+        sound = None if e["probes_status"] in (None, "skipped") else e["vmetrics"].get("numerically_sound", e["probes_status"] == "passed")
         if passes is not True or (sound_only and sound is not True):
             continue
         bench = e["bench"] or {}

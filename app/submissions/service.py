@@ -28,6 +28,15 @@ _INSERT_SUBMISSION = insert(_SUBMISSIONS)
 _INSERT_AUDIT = insert(_AUDITS)
 _QUEUED_AHEAD = select(func.count()).select_from(_AUDITS).where(
     _AUDITS.c.status == "queued", _AUDITS.c.queue == bindparam("queue"), _AUDITS.c.enqueued_at < bindparam("now"))
+_SUB_COLS = ("id", "problem_name", "api_key_id", "submitter", "solution_name", "source", "source_hash", "idempotency_key", "created_at")
+_AUDIT_COLS = ("id", "submission_id", "attempt", "status", "reason", "problem_hash", "seed", "stages", "device", "queue",
+               "enqueued_at", "claims", "created_at")
+_PG_SUBMIT = (
+    f"WITH s AS (INSERT INTO submissions ({', '.join(_SUB_COLS)}) "
+    f"VALUES ({', '.join(f'%(s_{c})s' + ('::json' if c == 'source' else '') for c in _SUB_COLS)})) "
+    f"INSERT INTO audits ({', '.join(_AUDIT_COLS)}) VALUES ({', '.join(f'%(a_{c})s' for c in _AUDIT_COLS)}) "
+    "RETURNING (SELECT count(*) FROM audits WHERE status = 'queued' AND queue = %(a_queue)s AND enqueued_at < %(a_enqueued_at)s)"
+)
 
 
 class IdempotencyConflict(Exception):
@@ -67,14 +76,18 @@ def submit(session: Session, queue: AuditQueue, settings: Settings, principal: P
     sub_id, audit_id, now = new_id(), new_id(), utcnow()
     try:
         conn = session.connection()
-        conn.execute(_INSERT_SUBMISSION, dict(
-            id=sub_id, problem_name=problem_name, api_key_id=principal.key_id, submitter=principal.submitter,
-            solution_name=solution_name, source=data, source_hash=digest, idempotency_key=idempotency_key, created_at=now))
-        conn.execute(_INSERT_AUDIT, dict(
-            id=audit_id, submission_id=sub_id, attempt=1, status="queued", reason="submitted", problem_hash=problem_hash,
-            seed=secrets.randbits(62), stages=settings.audit_stages, device=settings.device, queue=settings.audit_queue,
-            enqueued_at=now, claims=0, created_at=now))
-        ahead = conn.execute(_QUEUED_AHEAD, dict(queue=settings.audit_queue, now=now)).scalar()
+        sub_row = dict(id=sub_id, problem_name=problem_name, api_key_id=principal.key_id, submitter=principal.submitter,
+                       solution_name=solution_name, source=data, source_hash=digest, idempotency_key=idempotency_key, created_at=now)
+        audit_row = dict(id=audit_id, submission_id=sub_id, attempt=1, status="queued", reason="submitted", problem_hash=problem_hash,
+                         seed=secrets.randbits(62), stages=settings.audit_stages, device=settings.device, queue=settings.audit_queue,
+                         enqueued_at=now, claims=0, created_at=now)
+        if conn.dialect.name == "postgresql":  # one round trip: both rows and the queue position
+            ahead = conn.exec_driver_sql(_PG_SUBMIT, {**{f"s_{k}": v for k, v in sub_row.items()}, "s_source": json.dumps(data),
+                                                      **{f"a_{k}": v for k, v in audit_row.items()}}).scalar()
+        else:
+            conn.execute(_INSERT_SUBMISSION, sub_row)
+            conn.execute(_INSERT_AUDIT, audit_row)
+            ahead = conn.execute(_QUEUED_AHEAD, dict(queue=settings.audit_queue, now=now)).scalar()
         session.commit()
     except IntegrityError:
         session.rollback()

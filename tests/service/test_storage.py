@@ -155,6 +155,8 @@ def _finished(sessions, settings, submitter: str, kernel_ms: float | None, passe
         bench = {"passes_benchmark": passes} | ({"kernel_median_ms": kernel_ms, "reference_median_ms": 1.0} if kernel_ms else {})
         repository.store_stage(s, acc.audit_id, "w", name="benchmark", position=2, status="passed" if passes else "failed",
                                summary="", metrics=bench, evidence={}, duration_s=1, lease_s=60)
+        repository.store_stage(s, acc.audit_id, "w", name="probes", position=3, status="passed" if sound else "failed",
+                               summary="", metrics={}, evidence={}, duration_s=1, lease_s=60)
         repository.store_stage(s, acc.audit_id, "w", name="verdict", position=5, status="passed", summary="",
                                metrics={"passes_benchmark": passes, "numerically_sound": sound}, evidence={}, duration_s=0, lease_s=60)
         repository.finish(s, acc.audit_id, "w", "passed" if passes and sound else "failed", "pass" if passes and sound else "fail", "")
@@ -189,3 +191,13 @@ def test_webhook_signatures() -> None:
     assert not verify("s3cret", body + b" ", header, now=1_700_000_010)
     assert not verify("other", body, header, now=1_700_000_010)
     assert not verify("s3cret", body, header, now=1_700_001_000)  # too old
+
+
+def test_celery_delivery_settings() -> None:
+    """acks late, reject on worker lost, prefetch 1, soft < hard limit < visibility timeout."""
+    s = Settings(database_url="sqlite://", redis_url="redis://127.0.0.1:6379/0", soft_time_limit_s=100, hard_time_limit_s=120)
+    conf = make_celery(s).conf
+    assert conf.task_acks_late and conf.task_reject_on_worker_lost and conf.worker_prefetch_multiplier == 1
+    assert conf.task_soft_time_limit == 100 < conf.task_time_limit == 120 < conf.broker_transport_options["visibility_timeout"]
+    assert Settings(database_url="sqlite://", device="cuda:0").audit_queue == "gpu"
+    assert Settings(database_url="postgres://u@h/db").sqlalchemy_url == "postgresql+psycopg://u@h/db"

@@ -79,6 +79,13 @@ def test_live_stage_results_with_more_stages(service_settings: Settings, tmp_pat
         worst = "error" if any(by[n]["status"] == "error" for n in by if n != "verdict") else (
             "failed" if any(by[n]["status"] == "failed" for n in by if n != "verdict") else "passed")
         assert s["status"] == worst and STATUS_OF[s["verdict"]] == worst
+        # a correct fp32-accumulating kernel passes the benchmark, and is then ranked by its measured time
+        assert by["benchmark"]["status"] == "passed", by["benchmark"]["summary"]
+        kernel_ms = by["benchmark"]["metrics"]["kernel_median_ms"]
+        rows = httpx.get(f"{url}/v1/leaderboard/embedding_backward", timeout=5).json()["rows"]
+        assert [(r["submitter"], r["submission_id"], r["kernel_ms"], r["passes_benchmark"]) for r in rows] == [
+            ("bob", s["id"], kernel_ms, True)]
+        assert rows[0]["numerically_sound"] is None  # probes were not run
         engine = make_engine(settings)
         with make_sessionmaker(engine)() as sess:
             per_stage = sess.execute(select(StageResultRow.name, func.count()).group_by(StageResultRow.name)).all()

@@ -51,6 +51,7 @@ def train(
     optim = make_optimizer(p, opt, list(model.parameters()))
     keep = set(checkpoints if checkpoints is not None else p.checkpoints)
     out = TrainOutput(losses=[])
+    pending: list[torch.Tensor] = []  # losses stay on the device until a sync point: no per-step sync
     steps = int(batches.shape[0])
     for step in range(steps):
         seq = batches[step].to(device=device, dtype=torch.long)
@@ -61,18 +62,20 @@ def train(
         if p.grad_clip > 0:
             torch.nn.utils.clip_grad_norm_(model.parameters(), p.grad_clip)
         optim.step()
-        value = float(loss.detach())
-        out.losses.append(value)
+        pending.append(loss.detach().float())
         if after_step is not None:
             after_step(step + 1, model)
         if step + 1 in keep:
             out.checkpoints[step + 1] = _snapshot(model)
-        if not math.isfinite(value):  # diverged: every later checkpoint is these (non-finite) weights
-            snap = _snapshot(model)
-            for s in keep:
-                if s > step + 1:
-                    out.checkpoints[s] = snap
-            break
+        if step + 1 in keep or (step + 1) % 25 == 0 or step + 1 == steps:
+            out.losses.extend(torch.stack(pending).cpu().tolist())
+            pending.clear()
+            if not math.isfinite(out.losses[-1]):  # diverged: every later checkpoint is these (non-finite) weights
+                snap = _snapshot(model)
+                for s in keep:
+                    if s > step + 1:
+                        out.checkpoints[s] = snap
+                break
     return out
 
 

@@ -50,8 +50,11 @@ class SubmissionError(SandboxError):
     kind = "submission"
 
 
-def scrubbed_env(home: Path) -> dict[str, str]:
+def scrubbed_env(home: Path, device: str = "cpu") -> dict[str, str]:
     env = {k: os.environ[k] for k in _ENV_ALLOW if k in os.environ}
+    if not device.startswith("cuda"):
+        # Triton kernels run on the CPU only under its interpreter
+        env["TRITON_INTERPRET"] = "1"
     env.update(
         HOME=str(home),
         TMPDIR=str(home),
@@ -95,7 +98,7 @@ class Sandbox:
         self._proc = subprocess.Popen(
             [sys.executable, "-m", "worker.sandbox.child", str(c_read), str(c_write)],
             cwd=home,
-            env=scrubbed_env(home),
+            env=scrubbed_env(home, self.device),
             stdin=subprocess.DEVNULL,
             stdout=stderr,
             stderr=stderr,

@@ -7,8 +7,8 @@ the reference's own trajectory against fp64, and judges (rule: worker.canary.jud
 
 from __future__ import annotations
 
-import math
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import torch
@@ -78,6 +78,7 @@ def _run(ctx: AuditContext, p: CanaryProfile, binding: OpBinding) -> StageResult
     ref: Kernel = reference_kernel(ctx.reference.run_fn)
     steps = [s for s in p.checkpoints if s <= p.steps]
     timings: dict[str, float] = {}
+    ref_sgd_states: dict[int, State] = {}
 
     def evaluate(states: dict[int, State]) -> list[float]:
         return [heldout_loss(p, binding.site, states[s], held, device) for s in steps]
@@ -87,50 +88,65 @@ def _run(ctx: AuditContext, p: CanaryProfile, binding: OpBinding) -> StageResult
         out = train(p, binding, kernel, init, batches, opt, device, tuple(steps))  # type: ignore[arg-type]
         return evaluate(out.checkpoints), out.losses, out.checkpoints
 
+    # the submission trains in its own process while this one runs the reference and the nulls
+    sandbox = ctx.sandbox()
+
+    def submission_runs() -> dict[str, tuple[dict[str, Any], float]]:
+        replies = {}
+        for opt in p.optimizers:
+            t = time.perf_counter()
+            reply = sandbox.request(
+                "canary_train",
+                {"profile": p.model_dump(mode="json"), "binding": binding.model_dump(mode="json"), "init": init,
+                 "batches": batches, "optimizer": opt, "checkpoints": steps, "seed": seed, "threads": p.threads or 0},
+                timeout_s=p.child_timeout_s,
+            )
+            replies[opt] = (reply, time.perf_counter() - t)
+        return replies
+
+    ctx.progress("canary: submission training in its process; reference and null runs here")
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="canary-child") as pool:
+        child = pool.submit(submission_runs)
+        parent: dict[str, dict[str, Any]] = {}
+        for opt in p.optimizers:
+            t = time.perf_counter()
+            ref_eval, ref_train, ref_states = parent_run(ref, opt)
+            timings[f"reference_{opt}_s"] = round(time.perf_counter() - t, 2)
+            if opt == "sgd":
+                ref_sgd_states = ref_states
+            nulls: list[list[float]] = []
+            null_kinds: list[str] = []
+            t = time.perf_counter()
+            for _ in range(p.repeat_runs):
+                nulls.append(parent_run(ref, opt)[0])
+                null_kinds.append("rerun")
+            for i in range(p.perturbed_runs):
+                nulls.append(parent_run(perturbed_kernel(ref, seed + 1000 + i, device), opt)[0])
+                null_kinds.append("perturbed_1ulp")
+            timings[f"nulls_{opt}_s"] = round(time.perf_counter() - t, 2)
+            parent[opt] = {"eval": ref_eval, "train": ref_train, "nulls": nulls, "null_kinds": null_kinds}
+        t = time.perf_counter()
+        replies = child.result()  # a SandboxError from the child propagates (the engine judges it)
+        timings["waited_for_submission_s"] = round(time.perf_counter() - t, 2)
+
     losses: list[J.LossJudgement] = []
     curves: dict[str, Any] = {}
-    ref_sgd_states: dict[int, State] = {}
     for opt in p.optimizers:
-        ctx.progress(f"canary: reference, {opt}")
-        t = time.perf_counter()
-        ref_eval, ref_train, ref_states = parent_run(ref, opt)
-        timings[f"reference_{opt}_s"] = round(time.perf_counter() - t, 2)
-        if opt == "sgd":
-            ref_sgd_states = ref_states
-        ctx.progress(f"canary: submission, {opt}")
-        t = time.perf_counter()
-        reply = ctx.sandbox().request(
-            "canary_train",
-            {"profile": p.model_dump(mode="json"), "binding": binding.model_dump(mode="json"), "init": init,
-             "batches": batches, "optimizer": opt, "checkpoints": steps, "seed": seed, "threads": p.threads or 0},
-            timeout_s=p.child_timeout_s,
-        )
-        timings[f"submission_{opt}_s"] = round(time.perf_counter() - t, 2)
+        reply, secs = replies[opt]
+        timings[f"submission_{opt}_s"] = round(secs, 2)
         sub_states = _validate_states(list(reply.get("checkpoint_steps", [])), list(reply.get("checkpoint_states", [])), init)
         missing = [s for s in steps if s not in sub_states]
         if missing:
             return StageResult(name=NAME, status=StageStatus.failed, summary=f"the submission's run sent no weights for steps {missing}")
         sub_eval = evaluate(sub_states)
-        nulls: list[list[float]] = []
-        null_kinds: list[str] = []
-        t = time.perf_counter()
-        for i in range(p.repeat_runs):
-            ctx.progress(f"canary: reference rerun {i + 1}, {opt}")
-            nulls.append(parent_run(ref, opt)[0])
-            null_kinds.append("rerun")
-        for i in range(p.perturbed_runs):
-            ctx.progress(f"canary: perturbed reference {i + 1}, {opt}")
-            nulls.append(parent_run(perturbed_kernel(ref, seed + 1000 + i, device), opt)[0])
-            null_kinds.append("perturbed_1ulp")
-        timings[f"nulls_{opt}_s"] = round(time.perf_counter() - t, 2)
-        lj = J.judge_loss(opt, steps, ref_eval, sub_eval, nulls, p.band_factor, p.loss_floor)
+        pr = parent[opt]
+        lj = J.judge_loss(opt, steps, pr["eval"], sub_eval, pr["nulls"], p.band_factor, p.loss_floor)
         losses.append(lj)
-        sub_train = [float(x) for x in reply.get("losses", [])]
         curves[opt] = {
-            "reference_train_loss": ref_train,
-            "submission_train_loss_reported": sub_train,  # the child's own numbers: evidence only, never judged
+            "reference_train_loss": pr["train"],
+            "submission_train_loss_reported": [float(x) for x in reply.get("losses", [])],  # evidence only, never judged
             "heldout": lj.model_dump(),
-            "null_kinds": null_kinds,
+            "null_kinds": pr["null_kinds"],
         }
 
     # gradient fidelity along the reference's own SGD trajectory, on real batches, against fp64
@@ -140,7 +156,7 @@ def _run(ctx: AuditContext, p: CanaryProfile, binding: OpBinding) -> StageResult
     oracle = ctx.problem.oracle()
     budgets = ctx.problem.spec.budgets
     state_at = {0: init, **ref_sgd_states}
-    sandbox = ctx.sandbox()
+    input_names = [s.name for s in binding.inputs]
     for fstep in p.fidelity_steps:
         state = state_at.get(fstep)
         if state is None:
@@ -157,7 +173,7 @@ def _run(ctx: AuditContext, p: CanaryProfile, binding: OpBinding) -> StageResult
                 budget = budgets.get(spec.name)
                 counts = None
                 if budget is not None and budget.bucket_by is not None and budget.bucket_by.kind == "index_count":
-                    idx = args[[s.name for s in binding.inputs].index(budget.bucket_by.input)] if budget.bucket_by.input in [s.name for s in binding.inputs] else None
+                    idx = dict(zip(input_names, args)).get(budget.bucket_by.input or "")
                     if isinstance(idx, torch.Tensor):
                         counts = torch.bincount(idx.reshape(-1).long(), minlength=o.shape[0])
                 fid.extend(J.fidelity(fstep, spec.name, o, e, budget, counts))
@@ -233,7 +249,3 @@ def _specs_for(binding: OpBinding, args: list[Any], ref: Kernel, device: str) ->
     """Output shapes for a direct call: the reference's outputs on the same arguments give them."""
     outs = ref([a.to(device) if isinstance(a, torch.Tensor) else a for a in args], [{"dtype": s.dtype} for s in binding.outputs])
     return [{"shape": list(o.shape), "dtype": s.dtype} for o, s in zip(outs, binding.outputs)]
-
-
-def is_finite(x: float) -> bool:
-    return math.isfinite(x)
