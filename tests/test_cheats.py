@@ -104,7 +104,8 @@ def test_evidence_of_specific_cheats() -> None:
     assert {"timer-monkeypatch", "checker-monkeypatch"} <= rules
 
     forged = {s.name: s for s in _audit(by["forge_channel"]).stages}["benchmark"]
-    assert "did not survive its own reply to 'call'" in forged.summary
+    # the forged frame lacks the request's nonce (runner) or the child is gone afterwards (liveness check)
+    assert ("out of sequence" in forged.summary) or ("did not survive its own reply to 'call'" in forged.summary)
     assert "round 1/10" in forged.summary
 
 
