@@ -190,7 +190,8 @@ def main() -> None:
         if api is not None:
             api.terminate()
             api.wait(timeout=30)
-        redis.Redis.from_url(REDIS).delete(settings.audit_queue)
+        q = settings.audit_queue
+        redis.Redis.from_url(REDIS).delete(q, f"_kombu.binding.{q}", f"_kombu.binding_permanent.{q}")
         with psycopg.connect(PG_ADMIN, autocommit=True) as c:
             c.execute(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
 
@@ -207,7 +208,8 @@ def main() -> None:
         f"python {platform.python_version()}; uvicorn --workers {args.workers} (uvloop, httptools); Postgres {PG_ADMIN.split('@')[-1]};"
         f" Redis (broker and rate limits) {REDIS}",
         f"load: {args.concurrency} keep-alive connections from a separate process, {args.repeat} runs of {args.seconds:.0f} s per endpoint",
-        f"leaderboard: {len(lb['rows'])} rows ranked from {40 * 3} seeded finished audits",
+        f"leaderboard: {len(lb['rows'])} rows ranked from {40 * 3} seeded finished audits; served from each API process's"
+        f" cache, at most {settings.leaderboard_cache_s:g} s old (KAUDIT_LEADERBOARD_CACHE_S)",
         "",
     ]
     for name, rs in runs.items():

@@ -27,8 +27,8 @@ class RateLimiter:
         self._default = default
 
     def hit(self, key_id: str, limit: str | None = None) -> RateDecision:
-        item = parse(limit or self._default)
         try:
+            item = parse(limit or self._default)
             if self._limiter.hit(item, "key", key_id):
                 return RateDecision(True)
             reset_at, _remaining = self._limiter.get_window_stats(item, "key", key_id)

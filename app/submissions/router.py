@@ -60,7 +60,7 @@ def _accepted(request: Request, acc: service.Accepted) -> JSONResponse:
 async def submit(
     request: Request,
     principal: Principal = Depends(get_principal),
-    idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key", max_length=200)] = None,
+    idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key", max_length=200, pattern=r"^[\x20-\x7e]+$")] = None,
 ) -> Response:
     """Submit a solution.json (JSON body) or a single .py file (multipart, with `definition`): 202 with the status URL."""
     ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()

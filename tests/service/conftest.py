@@ -5,7 +5,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from svc_support import REDIS_URL, create_pg_database, drop_pg_database, postgres_reachable, redis_reachable
+from svc_support import REDIS_URL, create_pg_database, drop_queue, drop_pg_database, postgres_reachable, redis_reachable
 
 from app.core.settings import Settings
 
@@ -42,12 +42,7 @@ def service_settings(pg_url: str, _need_redis: None, tmp_path: Path) -> Iterator
         catalogue_root=None, broker_dir=tmp_path / "broker",
     )
     yield settings
-    import redis
-
-    try:
-        redis.Redis.from_url(REDIS_URL).delete(settings.audit_queue)
-    except redis.RedisError:
-        pass
+    drop_queue(settings.audit_queue)
 
 
 @pytest.fixture

@@ -65,6 +65,16 @@ def drop_pg_database(url: str) -> None:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
+def drop_queue(queue: str) -> None:
+    """Remove a test queue and kombu's bindings for it from the shared Redis."""
+    import redis
+
+    try:
+        redis.Redis.from_url(REDIS_URL).delete(queue, f"_kombu.binding.{queue}", f"_kombu.binding_permanent.{queue}")
+    except redis.RedisError:
+        pass
+
+
 def bootstrap(settings: Settings) -> dict[str, str]:
     """Migrate, sync the catalogue, and make an admin key and two submitter keys. Returns plaintext keys."""
     from worker.catalogue import load_catalogue

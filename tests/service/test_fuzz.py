@@ -31,9 +31,9 @@ def fuzz_target(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPat
     keys = bootstrap(s)
     app = create_app(s)
     yield app, keys
-    import redis
+    from svc_support import drop_queue
 
-    redis.Redis.from_url(REDIS_URL).delete(s.audit_queue)
+    drop_queue(s.audit_queue)
     app.state.engine.dispose()
     drop_pg_database(url)
 
@@ -88,3 +88,7 @@ def test_nul_bytes_are_a_422_not_a_500(fuzz_target) -> None:  # type: ignore[no-
         assert client.get("/v1/submissions/%00", headers={"X-API-Key": keys["alice"]}).status_code == 404
         assert client.get("/v1/problems/%00").status_code == 404
         assert client.get("/v1/leaderboard/%00").status_code == 404
+        admin = {"X-API-Key": keys["admin"]}
+        assert client.post("/v1/api-keys", json={"submitter": "a\x00b"}, headers=admin).status_code == 422
+        r = client.post("/v1/submissions", json=example("pytorch_fp32"), headers={**admin, "Idempotency-Key": "a\x00b"})
+        assert r.status_code == 422

@@ -68,7 +68,6 @@ def world(service_settings: Settings):  # type: ignore[no-untyped-def]
     engine = make_engine(service_settings)
     queue = AuditQueue(make_celery(service_settings))
     yield service_settings, make_sessionmaker(engine), queue
-    redis.Redis.from_url(REDIS_URL).delete(service_settings.audit_queue)
     engine.dispose()
 
 

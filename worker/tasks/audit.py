@@ -69,7 +69,9 @@ def run_one(local: ProcessLocal, audit_id: str) -> str:
         return "lease-lost"
     except (AuditTimedOut, SoftTimeLimitExceeded):
         return finish("timed_out", "error", f"timed_out: the audit ran past its {settings.soft_time_limit_s} s limit")
-
+    except Exception as err:  # a bug on the trusted side is an error verdict, not an audit stuck in 'running'
+        log.exception("audit %s failed inside the worker", audit_id)
+        return finish("error", "error", f"error: internal error in the worker: {type(err).__name__}: {err}")
 
 
 def _run_claimed(res, audit, submission, stored, hb, store, finish, deadline) -> str:  # type: ignore[no-untyped-def]
