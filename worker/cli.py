@@ -29,7 +29,7 @@ _STATUS_STYLE = {
 
 
 def _usage_error(console: Console, message: str) -> typer.Exit:
-    console.print(f"[red]error:[/red] {message}")
+    console.print(f"[red]error:[/red] {message}", soft_wrap=True, markup=True, highlight=False)
     return typer.Exit(code=2)
 
 

@@ -7,6 +7,13 @@ from worker.stages.result import AuditReport, StageResult, StageStatus, Verdict
 NAME = "verdict"
 
 
+def _ran_and_passed(stages: list[StageResult], name: str) -> bool | None:
+    for s in stages:
+        if s.name == name and s.status in (StageStatus.passed, StageStatus.failed):
+            return s.status is StageStatus.passed
+    return None
+
+
 def judge(stages: list[StageResult]) -> StageResult:
     verdict = AuditReport.verdict_of(stages)
     bad = [s for s in stages if s.status in (StageStatus.failed, StageStatus.error)]
@@ -28,7 +35,8 @@ def judge(stages: list[StageResult]) -> StageResult:
         metrics={
             "verdict": verdict.value,
             "caught_by": [s.name for s in bad],
-            "passes_benchmark": next((s.status is StageStatus.passed for s in stages if s.name == "benchmark"), None),
-            "numerically_sound": next((s.status is StageStatus.passed for s in stages if s.name == "probes"), None),
+            # the benchmark's own judgement, and ours, reported separately (None: that stage did not run)
+            "passes_benchmark": _ran_and_passed(stages, "benchmark"),
+            "numerically_sound": _ran_and_passed(stages, "probes"),
         },
     )

@@ -1,0 +1,71 @@
+"""`kaudit`: exit codes, the --json shape, the .py shorthand, and clear errors on bad input."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+KERNELS = Path(__file__).resolve().parent.parent / "kernels"
+KAUDIT = [sys.executable, "-m", "worker.cli"]
+
+
+def _run(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*KAUDIT, *args], capture_output=True, text=True, timeout=timeout)
+
+
+def test_problems_lists_the_catalogue() -> None:
+    r = _run("problems", "--json")
+    assert r.returncode == 0, r.stderr
+    names = {p["name"] for p in json.loads(r.stdout)}
+    assert names == {"embedding_backward", "embedding_rmsnorm_backward", "rmsnorm_forward", "rmsnorm_backward", "cross_entropy"}
+
+
+def test_correct_kernel_passes_with_exit_0_and_json_report() -> None:
+    r = _run("audit", str(KERNELS / "embedding_backward/solutions/pytorch_fp32"), "--stages", "static,benchmark,probes", "--json")
+    assert r.returncode == 0, r.stdout + r.stderr
+    report = json.loads(r.stdout)
+    assert report["verdict"] == "pass"
+    statuses = {s["name"]: s["status"] for s in report["stages"]}
+    assert statuses == {"intake": "passed", "static": "passed", "benchmark": "passed", "probes": "passed",
+                        "canary": "skipped", "verdict": "passed"}
+    assert all(s["summary"] for s in report["stages"])
+
+
+def test_bf16_accumulator_passes_benchmark_fails_probes_exit_1() -> None:
+    r = _run("audit", str(KERNELS / "embedding_backward/solutions/pytorch_bf16_accum/solution.json"),
+             "--stages", "benchmark,probes", "--json")
+    assert r.returncode == 1, r.stdout + r.stderr
+    report = json.loads(r.stdout)
+    statuses = {s["name"]: s["status"] for s in report["stages"]}
+    assert report["verdict"] == "fail" and statuses["benchmark"] == "passed" and statuses["probes"] == "failed"
+    assert "accumulat" in report["summary"]
+
+
+def test_python_file_shorthand_needs_a_definition(tmp_path: Path) -> None:
+    src = json.loads((KERNELS / "embedding_backward/solutions/pytorch_fp32/solution.json").read_text())
+    f = tmp_path / "mine.py"
+    f.write_text(src["sources"][0]["content"])
+    r = _run("audit", str(f))
+    assert r.returncode == 2 and "--definition" in r.stdout + r.stderr
+    r = _run("audit", str(f), "--definition", "embedding_backward", "--stages", "benchmark", "--json")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert json.loads(r.stdout)["solution"] == "mine"
+
+
+def test_bad_input_exits_2_with_the_field(tmp_path: Path) -> None:
+    bad = tmp_path / "solution.json"
+    bad.write_text(json.dumps({"name": "x", "definition": "embedding_backward", "spec": {"language": "python"}, "sources": []}))
+    r = _run("audit", str(bad))
+    assert r.returncode == 2
+    assert "spec.entry_point" in r.stdout + r.stderr
+    unknown = tmp_path / "u.json"
+    unknown.write_text(json.dumps({**json.loads((KERNELS / "embedding_backward/solutions/pytorch_fp32/solution.json").read_text()),
+                                   "definition": "no_such_op"}))
+    r = _run("audit", str(unknown))
+    assert r.returncode == 2 and "unknown definition 'no_such_op'" in r.stdout + r.stderr
+    r = _run("audit", str(tmp_path / "missing.json"))
+    assert r.returncode == 2 and "file not found" in r.stdout + r.stderr
+    r = _run("audit", str(KERNELS / "embedding_backward/solutions/pytorch_fp32"), "--stages", "speed")
+    assert r.returncode == 2 and "unknown stage" in r.stdout + r.stderr

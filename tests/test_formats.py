@@ -1,0 +1,128 @@
+"""SOL-ExecBench formats: valid files load; invalid ones name the field and what was expected."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from worker.catalogue import load_catalogue
+from worker.formats import FormatError, load_definition, load_solution, load_workloads, solution_from_python_file
+
+CATALOGUE_NAMES = {"embedding_backward", "embedding_rmsnorm_backward", "rmsnorm_forward", "rmsnorm_backward", "cross_entropy"}
+
+
+def _definition(**overrides: object) -> dict:
+    d = {
+        "name": "toy",
+        "axes": {"n": {"type": "var"}, "h": {"type": "const", "value": 8}, "n2": {"type": "expr", "expression": "n * 2"}},
+        "inputs": {"x": {"shape": ["n", "h"], "dtype": "bfloat16"}, "eps": {"shape": None, "dtype": "float32"}},
+        "outputs": {"y": {"shape": ["n2", "h"], "dtype": "bfloat16"}},
+        "reference": "import torch\n\ndef run(x, eps):\n    return torch.cat([x, x])\n",
+    }
+    d.update(overrides)
+    return d
+
+
+def _write(tmp_path: Path, name: str, data: object) -> Path:
+    p = tmp_path / name
+    p.write_text(json.dumps(data))
+    return p
+
+
+def test_catalogue_has_the_five_problems_with_exact_signatures() -> None:
+    cat = load_catalogue()
+    assert set(cat.problems) == CATALOGUE_NAMES
+    emb = cat.get("embedding_backward").definition
+    assert list(emb.inputs) == ["indices", "grad_output", "num_embeddings", "padding_idx"]
+    assert emb.inputs["num_embeddings"].shape is None and emb.outputs["grad_weight"].dtype == "bfloat16"
+    fused = cat.get("embedding_rmsnorm_backward").definition
+    assert list(fused.inputs) == ["indices", "weight", "gamma", "grad_output", "eps"]
+    assert list(fused.outputs) == ["grad_weight", "grad_gamma"]
+    ce = cat.get("cross_entropy").definition
+    assert list(ce.outputs) == ["loss", "grad_logits"] and ce.outputs["loss"].shape == [] and ce.outputs["loss"].dtype == "float32"
+    assert list(cat.get("rmsnorm_backward").definition.outputs) == ["grad_input", "grad_weight"]
+    for p in cat:
+        assert p.workloads_cpu and p.workloads_gpu, p.name
+        assert (p.folder / "audit.json").exists() and (p.folder / "oracle.py").exists()
+
+
+def test_axes_resolve_const_var_and_expr(tmp_path: Path) -> None:
+    d = load_definition(_write(tmp_path, "definition.json", _definition()))
+    assert d.resolve_axes({"n": 3}) == {"n": 3, "h": 8, "n2": 6}
+    with pytest.raises(ValueError, match="missing values for var axes"):
+        d.resolve_axes({})
+
+
+@pytest.mark.parametrize(
+    ("overrides", "needle"),
+    [
+        ({"inputs": {"x": {"shape": ["m"], "dtype": "bfloat16"}}}, "inputs.x.shape names axis 'm'"),
+        ({"inputs": {"x": {"shape": ["n"], "dtype": "bf16"}}}, "inputs.x.dtype"),
+        ({"reference": "def forward(x):\n    return x\n"}, "must define a global function `run`"),
+        ({"reference": "def run(:"}, "reference: not valid Python"),
+        ({"custom_inputs_entrypoint": "make"}, "custom_inputs_entrypoint: 'make' is not a function"),
+        ({"axes": {"n": {"type": "sometimes"}}}, "axes.n"),
+        ({"outputs": {"y": {"shape": None, "dtype": "float32"}}}, "outputs must be tensors"),
+    ],
+)
+def test_invalid_definition_names_the_field(tmp_path: Path, overrides: dict, needle: str) -> None:
+    with pytest.raises(FormatError) as info:
+        load_definition(_write(tmp_path, "definition.json", _definition(**overrides)))
+    assert needle in str(info.value)
+
+
+def _solution(**overrides: object) -> dict:
+    s = {
+        "name": "s", "definition": "toy", "author": "a",
+        "spec": {"language": "python", "target_hardware": ["cpu"], "entry_point": "k.py::run"},
+        "sources": [{"path": "k.py", "content": "def run(x, eps, y):\n    pass\n"}],
+    }
+    s.update(overrides)
+    return s
+
+
+@pytest.mark.parametrize(
+    ("overrides", "needle"),
+    [
+        ({"spec": {"language": "python", "entry_point": "k.py:run"}}, "spec.entry_point"),
+        ({"spec": {"language": "python", "entry_point": "other.py::run"}}, "file 'other.py' is not among sources"),
+        ({"spec": {"language": "rust", "entry_point": "k.py::run"}}, "spec.language"),
+        ({"sources": [{"path": "../evil.py", "content": ""}]}, "sources.0.path"),
+        ({"sources": []}, "sources"),
+        ({"name": ""}, "name"),
+    ],
+)
+def test_invalid_solution_names_the_field(tmp_path: Path, overrides: dict, needle: str) -> None:
+    with pytest.raises(FormatError) as info:
+        load_solution(_write(tmp_path, "solution.json", _solution(**overrides)))
+    assert needle in str(info.value)
+
+
+def test_solution_defaults_to_destination_passing_style(tmp_path: Path) -> None:
+    s = load_solution(_write(tmp_path, "solution.json", _solution()))
+    assert s.spec.destination_passing_style is True
+    assert (s.spec.entry_file, s.spec.entry_function) == ("k.py", "run")
+
+
+def test_workload_lines_are_validated_with_their_line_number(tmp_path: Path) -> None:
+    p = tmp_path / "workload.jsonl"
+    good = {"uuid": "a", "axes": {"n": 4}, "inputs": {"x": {"type": "random"}, "eps": {"type": "scalar", "value": 1e-6}}}
+    bad = {"uuid": "b", "axes": {"n": 4}, "inputs": {"x": {"type": "safetensors", "path": "t.safetensors"}}}
+    p.write_text(json.dumps(good) + "\n\n" + json.dumps(bad) + "\n")
+    with pytest.raises(FormatError) as info:
+        load_workloads(p)
+    assert f"{p}:3" in str(info.value) and "tensor_key" in str(info.value)
+    p.write_text(json.dumps(good) + "\n")
+    (w,) = load_workloads(p)
+    assert w.inputs["eps"].value == 1e-6  # type: ignore[union-attr]
+
+
+def test_python_file_shorthand(tmp_path: Path) -> None:
+    f = tmp_path / "my_kernel.py"
+    f.write_text("import triton\n\ndef run(x, eps, y):\n    y.copy_(x)\n")
+    s = solution_from_python_file(f, "toy")
+    assert s.definition == "toy" and s.spec.language == "triton" and s.spec.entry_point == "my_kernel.py::run"
+    with pytest.raises(FormatError, match="cannot read"):
+        solution_from_python_file(tmp_path / "missing.py", "toy")

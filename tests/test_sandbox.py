@@ -1,0 +1,115 @@
+"""The trust boundary: the submission's process is scrubbed, killed whole on timeout, and can't forge replies."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+import torch
+
+from worker.formats import Solution
+from worker.sandbox import Sandbox, SandboxCrash, SandboxTimeout, SubmissionError
+
+
+def _solution(body: str, dps: bool = True) -> Solution:
+    return Solution.model_validate({
+        "name": "probe", "definition": "embedding_backward",
+        "spec": {"language": "python", "entry_point": "k.py::run", "destination_passing_style": dps},
+        "sources": [{"path": "k.py", "content": body}],
+    })
+
+
+def test_environment_is_scrubbed_and_home_is_private(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DATABASE_URL", "postgresql://secret@db/prod")
+    monkeypatch.setenv("KAUDIT_WEBHOOK_SECRET", "s3cret")
+    body = (
+        "import os, torch\n"
+        "def run(x):\n"
+        "    seen = [k for k in ('DATABASE_URL', 'KAUDIT_WEBHOOK_SECRET', 'REDIS_URL') if k in os.environ]\n"
+        "    return torch.tensor([len(seen), len(os.environ.get('HOME', '')) > 0, os.getcwd() == os.environ['HOME']])\n"
+    )
+    with Sandbox("cpu") as sb:
+        sb.load(_solution(body, dps=False))
+        out = sb.request("call", {"args": [torch.zeros(1)], "outputs": [], "poison": None})["outputs"][0]
+    assert out.tolist() == [0, 1, 1]
+
+
+def test_timeout_kills_the_whole_process_group() -> None:
+    body = (
+        "import subprocess, sys, time\n"
+        "def run(x):\n"
+        "    subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'])\n"
+        "    time.sleep(600)\n"
+    )
+    sb = Sandbox("cpu")
+    sb.start()
+    sb.load(_solution(body, dps=False))
+    assert sb._proc is not None
+    pid = sb._proc.pid
+    t0 = time.monotonic()
+    with pytest.raises(SandboxTimeout):
+        sb.request("call", {"args": [torch.zeros(1)], "outputs": [], "poison": None}, timeout_s=3)
+    assert time.monotonic() - t0 < 20
+    time.sleep(0.5)
+    leftovers = [int(d) for d in os.listdir("/proc") if d.isdigit() and _pgid(int(d)) == pid and not _zombie(int(d))]
+    assert leftovers == []
+    assert not sb.alive
+
+
+def _zombie(pid: int) -> bool:
+    """Killed and waiting to be reaped by init: no longer running."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except OSError:
+        return True
+
+
+def _pgid(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except (ProcessLookupError, PermissionError):
+        return None
+
+
+def test_submission_exception_comes_back_as_data_and_the_process_lives_on() -> None:
+    body = "def run(x):\n    raise ValueError('bad shape')\n"
+    with Sandbox("cpu") as sb:
+        sb.load(_solution(body, dps=False))
+        with pytest.raises(SubmissionError, match="ValueError: bad shape"):
+            sb.request("call", {"args": [torch.zeros(1)], "outputs": [], "poison": None})
+        assert sb.alive
+        assert sb.request("hello", {"device": "cpu"})["ok"]
+
+
+def test_exit_mid_call_is_a_crash() -> None:
+    with Sandbox("cpu") as sb:
+        sb.load(_solution("import os\ndef run(x):\n    os._exit(0)\n", dps=False))
+        with pytest.raises(SandboxCrash):
+            sb.request("call", {"args": [torch.zeros(1)], "outputs": [], "poison": None})
+
+
+def test_forged_reply_without_the_nonce_is_rejected() -> None:
+    # the submission writes its own 'ok' frame on the reply pipe, then returns normally
+    body = (
+        "import sys, torch\n"
+        "from worker.sandbox import framing\n"
+        "def run(x):\n"
+        "    framing.write_frame(int(sys.argv[2]), {'ok': True, 'outputs': [torch.ones(1)]})\n"
+        "    return torch.zeros(1)\n"
+    )
+    with Sandbox("cpu") as sb:
+        sb.load(_solution(body, dps=False))
+        with pytest.raises(SandboxCrash, match="out of sequence"):
+            sb.request("call", {"args": [torch.zeros(1)], "outputs": [], "poison": None})
+
+
+def test_outputs_are_poisoned_and_returned_as_plain_tensors() -> None:
+    # DPS kernel that writes nothing: the poison is what comes back
+    with Sandbox("cpu") as sb:
+        sb.load(_solution("def run(x, y):\n    pass\n"))
+        rep = sb.request("call", {"args": [torch.zeros(2)], "outputs": [{"shape": [2], "dtype": "bfloat16"}], "poison": float("nan")})
+    (out,) = rep["outputs"]
+    assert out.dtype == torch.bfloat16 and torch.isnan(out).all()
+    assert rep["exact_tensor_types"] == [True]
