@@ -14,11 +14,11 @@ from typing import Any
 import pytest
 import torch
 
+from tests.catalogue_support import SandboxPool, call, solution_ids
 from worker.catalogue import Catalogue, Problem, load_catalogue
-from worker.formats import Solution, Workload
+from worker.formats import Workload
 from worker.inputs import Case, build_case
 from worker.reference import Reference
-from worker.sandbox import Sandbox
 
 PROBLEMS = ("embedding_backward", "embedding_rmsnorm_backward")
 # the generator kinds worker.probes.distributions implements (see the probes engineer's spec)
@@ -37,59 +37,6 @@ def catalogue() -> Catalogue:
 def rel_err(out: torch.Tensor, exact: torch.Tensor) -> float:
     exact = exact.double()
     return float((out.double() - exact).norm() / exact.norm())
-
-
-def cpu_solutions(problem: Problem) -> dict[str, Solution]:
-    return {
-        name: s
-        for name, s in problem.example_solutions().items()
-        if not s.spec.target_hardware or "cpu" in s.spec.target_hardware
-    }
-
-
-def solution_ids() -> list[tuple[str, str]]:
-    cat = load_catalogue()
-    return [(p, n) for p in PROBLEMS for n in cpu_solutions(cat.get(p))]
-
-
-class SandboxPool:
-    """One sandbox child per example solution, started on first use and kept for the module."""
-
-    def __init__(self, device: str) -> None:
-        self.device = device
-        self._boxes: dict[tuple[str, str], Sandbox] = {}
-
-    def get(self, problem: Problem, name: str) -> Sandbox:
-        key = (problem.name, name)
-        if key not in self._boxes:
-            box = Sandbox(self.device, default_timeout_s=240)
-            with pytest.MonkeyPatch.context() as mp:
-                if self.device == "cpu":
-                    mp.setenv("TRITON_INTERPRET", "1")  # the child's scrubbed env passes it through
-                box.start()
-            box.load(problem.example_solution(name))
-            self._boxes[key] = box
-        return self._boxes[key]
-
-    def close(self) -> None:
-        for box in self._boxes.values():
-            box.close()
-
-
-@pytest.fixture(scope="module")
-def pool() -> Iterator[SandboxPool]:
-    p = SandboxPool("cpu")
-    yield p
-    p.close()
-
-
-def call(box: Sandbox, problem: Problem, case: Case, *, noncontiguous: list[int] | None = None) -> list[torch.Tensor]:
-    defn = problem.definition
-    payload: dict[str, Any] = {"args": case.args(defn), "outputs": case.output_specs(defn), "poison": float("nan")}
-    if noncontiguous:
-        payload["noncontiguous"] = noncontiguous
-    reply = box.request("call", payload)
-    return list(reply["outputs"])
 
 
 def oracle_outputs(problem: Problem, case: Case) -> tuple[torch.Tensor, ...]:
@@ -252,7 +199,7 @@ def test_fused_oracle_is_the_gradient(catalogue: Catalogue) -> None:
 # example solutions in the sandbox, on the CPU
 
 
-@pytest.mark.parametrize(("problem_name", "solution"), solution_ids())
+@pytest.mark.parametrize(("problem_name", "solution"), solution_ids(PROBLEMS))
 def test_cpu_solution_matches_oracle_on_uniform_ids(
     catalogue: Catalogue, pool: SandboxPool, problem_name: str, solution: str
 ) -> None:

@@ -16,12 +16,11 @@ from typing import Any
 import pytest
 import torch
 
+from tests.catalogue_support import SandboxPool, call, solution_ids
 from worker.catalogue import Catalogue, Problem, load_catalogue
-from worker.formats import Solution
 from worker.formats.dtypes import to_torch
 from worker.inputs import Case, build_case
 from worker.reference import Reference
-from worker.sandbox import Sandbox
 from worker.stages.compare import compare_output
 
 PROBLEMS = ("rmsnorm_forward", "rmsnorm_backward", "cross_entropy")
@@ -67,57 +66,6 @@ def within(problem: Problem, r: dict[str, float], limit: float) -> bool:
     """Every output's ratio under `limit` (bf16 outputs) or FP32_RATIO (fp32 outputs)."""
     spec = problem.definition.outputs
     return all(v <= (FP32_RATIO if spec[n].dtype == "float32" else limit) for n, v in r.items())
-
-
-def cpu_solutions(problem: Problem) -> dict[str, Solution]:
-    return {
-        n: s for n, s in problem.example_solutions().items()
-        if not s.spec.target_hardware or "cpu" in s.spec.target_hardware
-    }
-
-
-def solution_ids() -> list[tuple[str, str]]:
-    cat = load_catalogue()
-    return [(p, n) for p in PROBLEMS for n in sorted(cpu_solutions(cat.get(p)))]
-
-
-class SandboxPool:
-    """One sandbox child per example solution, started on first use and kept for the module."""
-
-    def __init__(self, device: str) -> None:
-        self.device = device
-        self._boxes: dict[tuple[str, str], Sandbox] = {}
-
-    def get(self, problem: Problem, name: str) -> Sandbox:
-        key = (problem.name, name)
-        if key not in self._boxes:
-            box = Sandbox(self.device, default_timeout_s=240)
-            with pytest.MonkeyPatch.context() as mp:
-                if self.device == "cpu":
-                    mp.setenv("TRITON_INTERPRET", "1")  # the child's scrubbed environment passes it through
-                box.start()
-            box.load(problem.example_solution(name))
-            self._boxes[key] = box
-        return self._boxes[key]
-
-    def close(self) -> None:
-        for box in self._boxes.values():
-            box.close()
-
-
-@pytest.fixture(scope="module")
-def pool() -> Iterator[SandboxPool]:
-    p = SandboxPool("cpu")
-    yield p
-    p.close()
-
-
-def call(box: Sandbox, problem: Problem, case: Case, *, noncontiguous: list[str] | None = None) -> list[torch.Tensor]:
-    defn = problem.definition
-    payload: dict[str, Any] = {"args": case.args(defn), "outputs": case.output_specs(defn), "poison": float("nan")}
-    if noncontiguous:
-        payload["noncontiguous"] = [list(defn.inputs).index(n) for n in noncontiguous]
-    return list(box.request("call", payload)["outputs"])
 
 
 def oracle(problem: Problem, case: Case) -> tuple[torch.Tensor, ...]:
@@ -303,7 +251,7 @@ def test_reference_agrees_with_oracle(catalogue: Catalogue, name: str) -> None:
 # example solutions in the sandbox (CPU; Triton under the interpreter)
 
 
-@pytest.mark.parametrize(("name", "solution"), solution_ids())
+@pytest.mark.parametrize(("name", "solution"), solution_ids(PROBLEMS))
 def test_example_solution_on_cpu_workloads(catalogue: Catalogue, pool: SandboxPool, name: str, solution: str) -> None:
     p = catalogue.get(name)
     box = pool.get(p, solution)
@@ -324,7 +272,7 @@ def test_example_solution_on_cpu_workloads(catalogue: Catalogue, pool: SandboxPo
 @pytest.mark.parametrize("name", PROBLEMS)
 def test_triton_solution_reads_strided_inputs(catalogue: Catalogue, pool: SandboxPool, name: str) -> None:
     p = catalogue.get(name)
-    strided = [n for n, s in p.definition.inputs.items() if not s.is_scalar and to_torch(s.dtype).is_floating_point]
+    strided = [i for i, s in enumerate(p.definition.inputs.values()) if not s.is_scalar and to_torch(s.dtype).is_floating_point]
     case = build_case(p.definition, Reference.of(p.definition), p.workloads_cpu[0], seed=5)
     outs = call(pool.get(p, "triton"), p, case, noncontiguous=strided)
     r = ratios(p, outs, oracle(p, case))
