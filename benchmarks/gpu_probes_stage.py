@@ -1,7 +1,6 @@
 """GPU check of the probes stage (profile gpu). Usage: python benchmarks/gpu_probes_stage.py PROBLEM:SOLUTION ... ; writes $OUT/gpu_probes.json."""
 import json, os, sys, time
 sys.path.insert(0, os.getcwd())
-import torch
 from worker.catalogue import load_catalogue
 from worker.context import AuditContext
 from worker.stages import probes

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from svc_support import ROOT, descendants, example, free_port, wait_for
+from svc_support import descendants, example, free_port, wait_for
 
 pytestmark = pytest.mark.slow
 
