@@ -70,8 +70,7 @@ def _limit_resources() -> None:  # runs in the child before exec
 
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     resource.setrlimit(resource.RLIMIT_FSIZE, (2 * 1024**3, 2 * 1024**3))
-    soft, hard = resource.getrlimit(resource.RLIMIT_NPROC)
-    del soft, hard
+    # no RLIMIT_AS: CUDA reserves far more virtual memory than it uses
 
 
 class Sandbox:
