@@ -127,7 +127,7 @@ def seed(settings, n_submitters: int = 40) -> tuple[str, str]:  # type: ignore[n
                 "failed", "fail", audit.created_at)
             s.commit()
             repository.store_stage(s, audit.id, None, name="benchmark", position=2, status="passed" if passes else "failed",
-                                   summary="seeded", metrics={"kernel_ms": rng.uniform(0.05, 0.5), "reference_ms": 0.4},
+                                   summary="seeded", metrics={"kernel_median_ms": rng.uniform(0.05, 0.5), "reference_median_ms": 0.4},
                                    evidence={}, duration_s=1.0, lease_s=1)
             repository.store_stage(s, audit.id, None, name="probes", position=3, status="passed" if sound else "failed",
                                    summary="seeded", metrics={}, evidence={}, duration_s=1.0, lease_s=1)

@@ -6,80 +6,63 @@ probes fail is shown, marked, not hidden."""
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
-from typing import Any
 
-from sqlalchemy import and_, func, select
-from sqlalchemy.orm import Session
+from sqlalchemy import Select, and_, bindparam, func, select
+from sqlalchemy.orm import Session, aliased
 
 from app.leaderboard.schemas import Leaderboard, LeaderboardRow
 from app.models import FINISHED, Audit, StageResultRow, Submission
 
-_KERNEL_KEYS = ("kernel_median_ms", "kernel_ms", "solution_ms", "solution_median_ms", "median_ms", "time_ms", "latency_ms", "mean_ms")
-_REFERENCE_KEYS = ("reference_ms", "reference_median_ms", "baseline_ms", "ref_ms")
+
+def _finite(x: float | None) -> float | None:
+    return x if x is not None and math.isfinite(x) else None
 
 
-def _number(x: Any) -> float | None:
-    if isinstance(x, bool) or not isinstance(x, int | float):
-        return None
-    return float(x) if math.isfinite(x) else None
+def _statement() -> Select:  # type: ignore[type-arg]
+    """One row per submission's latest finished audit; the few numbers needed are pulled out of the stages' JSON
+    by the database. Built once: composing it costs more than running it."""
+    latest = (select(Audit.submission_id, func.max(Audit.attempt).label("attempt"))
+              .join(Submission, Submission.id == Audit.submission_id)
+              .where(Submission.problem_name == bindparam("problem"), Audit.status.in_(FINISHED))
+              .group_by(Audit.submission_id).subquery())
+    bench, probes, verdict = aliased(StageResultRow), aliased(StageResultRow), aliased(StageResultRow)
+    return (
+        select(Submission.id, Submission.submitter, Submission.solution_name, Audit.verdict, Audit.finished_at,
+               bench.status, bench.metrics["kernel_median_ms"].as_float(), bench.metrics["reference_median_ms"].as_float(),
+               bench.metrics["speedup"].as_float(), probes.status,
+               verdict.metrics["passes_benchmark"].as_boolean(), verdict.metrics["numerically_sound"].as_boolean())
+        .join(latest, latest.c.submission_id == Submission.id)
+        .join(Audit, and_(Audit.submission_id == Submission.id, Audit.attempt == latest.c.attempt))
+        .outerjoin(bench, and_(bench.audit_id == Audit.id, bench.name == "benchmark"))
+        .outerjoin(probes, and_(probes.audit_id == Audit.id, probes.name == "probes"))
+        .outerjoin(verdict, and_(verdict.audit_id == Audit.id, verdict.name == "verdict"))
+    )
 
 
-def find_time(metrics: Mapping[str, Any], keys: tuple[str, ...], depth: int = 0) -> float | None:
-    """Tolerant: the first known key at the top level, then inside nested dicts (e.g. metrics['timing'])."""
-    for k in keys:
-        v = _number(metrics.get(k))
-        if v is not None:
-            return v
-    if depth < 2:
-        for v in metrics.values():
-            if isinstance(v, Mapping):
-                found = find_time(v, keys, depth + 1)
-                if found is not None:
-                    return found
-    return None
+_LEADERBOARD = _statement()
 
 
 def leaderboard(session: Session, problem: str, sound_only: bool = False) -> Leaderboard:
-    latest = (select(Audit.submission_id, func.max(Audit.attempt).label("attempt"))
-              .join(Submission, Submission.id == Audit.submission_id)
-              .where(Submission.problem_name == problem, Audit.status.in_(FINISHED))
-              .group_by(Audit.submission_id).subquery())
-    rows = session.execute(
-        select(Submission.id, Submission.submitter, Submission.solution_name, Audit.id, Audit.verdict, Audit.finished_at,
-               StageResultRow.name, StageResultRow.status, StageResultRow.metrics)
-        .join(latest, latest.c.submission_id == Submission.id)
-        .join(Audit, and_(Audit.submission_id == Submission.id, Audit.attempt == latest.c.attempt))
-        .join(StageResultRow, and_(StageResultRow.audit_id == Audit.id, StageResultRow.name.in_(("benchmark", "probes", "verdict"))))
-    ).all()
-    by_sub: dict[str, dict[str, Any]] = {}
-    for sid, submitter, sname, _aid, verdict, finished, stage, sstatus, metrics in rows:
-        entry = by_sub.setdefault(sid, dict(submitter=submitter, solution_name=sname, verdict=verdict, audited_at=finished,
-                                            bench=None, bench_status=None, probes_status=None, vmetrics={}))
-        if stage == "benchmark":
-            entry["bench"], entry["bench_status"] = metrics or {}, sstatus
-        elif stage == "probes":
-            entry["probes_status"] = sstatus
-        else:
-            entry["vmetrics"] = metrics or {}
+    rows = session.execute(_LEADERBOARD, {"problem": problem}).all()
     best: dict[str, LeaderboardRow] = {}
-    for sid, e in by_sub.items():
-        passes = e["vmetrics"].get("passes_benchmark")
-        if passes is None and e["bench_status"] is not None:
-            passes = e["bench_status"] == "passed"
+    for sid, submitter, sname, audit_verdict, finished, bench_status, kernel, ref, speedup, probes_status, passes, sound in rows:
+        if passes is None and bench_status is not None:
+            passes = bench_status == "passed"
         # sound only if the probes ran: skipped probes say nothing either way
-        sound = None if e["probes_status"] in (None, "skipped") else e["vmetrics"].get("numerically_sound", e["probes_status"] == "passed")
+        if probes_status in (None, "skipped"):
+            sound = None
+        elif sound is None:
+            sound = probes_status == "passed"
         if passes is not True or (sound_only and sound is not True):
             continue
-        bench = e["bench"] or {}
-        kernel, ref = find_time(bench, _KERNEL_KEYS), find_time(bench, _REFERENCE_KEYS)
-        speedup = _number(bench.get("speedup")) or (ref / kernel if kernel and ref else None)
-        row = LeaderboardRow(rank=0, submitter=e["submitter"], submission_id=sid, solution_name=e["solution_name"], kernel_ms=kernel,
-                             reference_ms=ref, speedup=speedup, passes_benchmark=passes, numerically_sound=sound,
-                             verdict=e["verdict"], audited_at=e["audited_at"])
-        cur = best.get(e["submitter"])
+        kernel, ref = _finite(kernel), _finite(ref)
+        speedup = _finite(speedup) or (ref / kernel if kernel and ref else None)
+        row = LeaderboardRow(rank=0, submitter=submitter, submission_id=sid, solution_name=sname, kernel_ms=kernel,
+                             reference_ms=ref, speedup=speedup, passes_benchmark=True, numerically_sound=sound,
+                             verdict=audit_verdict, audited_at=finished)
+        cur = best.get(submitter)
         if cur is None or _key(row) < _key(cur):
-            best[e["submitter"]] = row
+            best[submitter] = row
     ranked = sorted(best.values(), key=_key)
     for i, r in enumerate(ranked, start=1):
         r.rank = i

@@ -166,8 +166,12 @@ class _NoBroker:
         return True
 
 
-def test_leaderboard_ranks_best_benchmark_passing_submission_per_submitter(world) -> None:  # type: ignore[no-untyped-def]
-    settings, sessions, _ = world
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_leaderboard_ranks_best_benchmark_passing_submission_per_submitter(request: pytest.FixtureRequest, backend: str) -> None:
+    # the numbers are pulled out of the stages' JSON by the database: both dialects must agree
+    settings: Settings = request.getfixturevalue("sqlite_settings" if backend == "sqlite" else "service_settings")
+    bootstrap(settings)
+    sessions = make_sessionmaker(make_engine(settings))
     fast_unsound = _finished(sessions, settings, "alice", 0.07, passes=True, sound=False)
     _finished(sessions, settings, "alice", 0.20, passes=True, sound=True)
     bob = _finished(sessions, settings, "bob", 0.14, passes=True, sound=True)
