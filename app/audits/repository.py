@@ -107,16 +107,26 @@ def finish(session: Session, audit_id: str, owner: str | None, status: str, verd
     return res.rowcount == 1
 
 
-def requeue_expired(session: Session, max_claims: int, now: datetime | None = None) -> tuple[list[Audit], list[str]]:
-    """Running audits whose lease expired: back to queued (or error after max_claims). Returns (requeued, given up)."""
+def requeue_expired(session: Session, max_claims: int, hard_limit_s: float,
+                    now: datetime | None = None) -> tuple[list[Audit], list[str], list[str]]:
+    """Running audits whose lease expired: back to queued; `timed_out` once they have run past the hard time limit
+    since their first claim (Celery's hard limit kills the process, and the lease is all that is left); `error`
+    after max_claims. Returns (requeued, given up, timed out)."""
     now = now or utcnow()
     expired = list(session.scalars(select(Audit).where(Audit.status == "running", Audit.lease_expires_at < now)))
-    requeued, gave_up = [], []
+    requeued, gave_up, timed_out = [], [], []
     for a in expired:
         lost = and_(Audit.id == a.id, Audit.status == "running", Audit.lease_expires_at < now)
-        if a.claims >= max_claims:
+        done = dict(finished_at=now, lease_owner=None, lease_expires_at=None)
+        if a.started_at is not None and (now - a.started_at).total_seconds() >= hard_limit_s:
             res = session.execute(update(Audit).where(lost).values(
-                status="error", verdict="error", finished_at=now, lease_owner=None, lease_expires_at=None,
+                status="timed_out", verdict="error", **done,
+                summary=f"timed_out: the audit ran past its hard limit of {hard_limit_s:.0f} s"))
+            if res.rowcount == 1:
+                timed_out.append(a.id)
+        elif a.claims >= max_claims:
+            res = session.execute(update(Audit).where(lost).values(
+                status="error", verdict="error", **done,
                 summary=f"error: the worker was lost {a.claims} times during this audit"))
             if res.rowcount == 1:
                 gave_up.append(a.id)
@@ -125,7 +135,7 @@ def requeue_expired(session: Session, max_claims: int, now: datetime | None = No
             if res.rowcount == 1:
                 requeued.append(a)
     session.commit()
-    return requeued, gave_up
+    return requeued, gave_up, timed_out
 
 
 def stale_queued(session: Session, queue: str, older_than: datetime) -> list[Audit]:

@@ -92,6 +92,26 @@ def test_reaper_requeues_expired_leases_and_gives_up_after_max_claims(world) -> 
     assert reap_once(sessions, queue, settings).requeued_expired == []  # idempotent
 
 
+def test_reaper_times_out_an_audit_past_the_hard_limit(world) -> None:  # type: ignore[no-untyped-def]
+    """Celery's hard limit kills the pool process: the expired lease of an audit that has run past the hard
+    limit since its first claim ends as timed_out, not requeued (it would only be killed again)."""
+    settings, sessions, queue = world
+    old, young = _submit(settings, sessions, queue, 2)
+    with sessions() as s:
+        assert repository.claim(s, old, "killed", lease_s=0.2)
+        assert repository.claim(s, young, "killed-too", lease_s=0.2)
+        s.execute(Audit.__table__.update().where(Audit.id == old)
+                  .values(started_at=utcnow() - timedelta(seconds=settings.hard_time_limit_s + 1)))
+        s.commit()
+    time.sleep(0.4)
+    report = reap_once(sessions, queue, settings)
+    assert report.timed_out == [old] and report.requeued_expired == [young]
+    with sessions() as s:
+        a = s.get(Audit, old)
+        assert a.status == "timed_out" and a.verdict == "error" and "hard limit" in a.summary
+        assert s.get(Audit, young).status == "queued"
+
+
 def test_reaper_resends_stale_queued_only_when_the_broker_lost_them(world) -> None:  # type: ignore[no-untyped-def]
     settings, sessions, queue = world
     ids = _submit(settings, sessions, queue, 3)

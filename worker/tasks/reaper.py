@@ -27,13 +27,15 @@ log = logging.getLogger(__name__)
 class ReapReport:
     requeued_expired: list[str] = field(default_factory=list)
     gave_up: list[str] = field(default_factory=list)
+    timed_out: list[str] = field(default_factory=list)
     resent_queued: list[str] = field(default_factory=list)
 
 
 def reap_once(sessions: sessionmaker[Session], queue: AuditQueue, settings: Settings) -> ReapReport:
     report = ReapReport()
     with sessions() as s:
-        requeued, report.gave_up = repository.requeue_expired(s, settings.max_claims)
+        requeued, report.gave_up, report.timed_out = repository.requeue_expired(
+            s, settings.max_claims, settings.hard_time_limit_s)
     for a in requeued:  # committed above; now the broker
         queue.send(a.id, a.queue)
         report.requeued_expired.append(a.id)
@@ -52,9 +54,9 @@ def reap_once(sessions: sessionmaker[Session], queue: AuditQueue, settings: Sett
                 if queue.send(a.id, q):
                     report.resent_queued.append(a.id)
             repository.mark_enqueued(s, report.resent_queued)
-    if report.requeued_expired or report.gave_up or report.resent_queued:
-        log.warning("reaper: requeued expired %s, gave up on %s, re-sent queued %s",
-                    report.requeued_expired, report.gave_up, report.resent_queued)
+    if report.requeued_expired or report.gave_up or report.timed_out or report.resent_queued:
+        log.warning("reaper: requeued expired %s, gave up on %s, timed out %s, re-sent queued %s",
+                    report.requeued_expired, report.gave_up, report.timed_out, report.resent_queued)
     return report
 
 
