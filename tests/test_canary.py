@@ -13,7 +13,13 @@ from worker.canary.binding import CanaryUnsupported, bind
 from worker.canary.data import draw_batches, split
 from worker.canary.model import init_state
 from worker.canary.profiles import CPU
-from worker.canary.train import capture_op_args, perturb_ulp, perturbed_kernel, reference_kernel, train
+from worker.canary.train import (
+    capture_op_args,
+    perturb_ulp,
+    perturbed_kernel,
+    reference_kernel,
+    train,
+)
 from worker.catalogue import Catalogue, load_catalogue
 from worker.context import AuditContext
 from worker.engine import run_audit

@@ -232,20 +232,6 @@ def test_probe_inputs_generate(catalogue: Catalogue) -> None:
                 assert bool((case.inputs["input"] >= 0).all()) and bool((case.inputs["grad_output"] >= 0).all())
 
 
-@pytest.mark.parametrize("name", PROBLEMS)
-def test_reference_agrees_with_oracle(catalogue: Catalogue, name: str) -> None:
-    p = catalogue.get(name)
-    ref = Reference.of(p.definition)
-    for w in p.workloads_cpu:
-        case = build_case(p.definition, ref, w, seed=3)
-        out = ref.run(case.args(p.definition))
-        exact = oracle(p, case)
-        assert all(e.dtype == torch.float64 for e in exact)
-        for n, o, d in zip(p.definition.outputs, out, output_dtypes(p)):
-            assert o.dtype == d, n
-        r = ratios(p, out, exact)
-        assert within(p, r, CORRECT_RATIO), (w.uuid, r)
-
 
 # ---------------------------------------------------------------------------------------------
 # example solutions in the sandbox (CPU; Triton under the interpreter)

@@ -8,7 +8,13 @@ from pathlib import Path
 import pytest
 
 from worker.catalogue import load_catalogue
-from worker.formats import FormatError, load_definition, load_solution, load_workloads, solution_from_python_file
+from worker.formats import (
+    FormatError,
+    load_definition,
+    load_solution,
+    load_workloads,
+    solution_from_python_file,
+)
 
 CATALOGUE_NAMES = {"embedding_backward", "embedding_rmsnorm_backward", "rmsnorm_forward", "rmsnorm_backward", "cross_entropy"}
 
@@ -126,3 +132,30 @@ def test_python_file_shorthand(tmp_path: Path) -> None:
     assert s.definition == "toy" and s.spec.language == "triton" and s.spec.entry_point == "my_kernel.py::run"
     with pytest.raises(FormatError, match="cannot read"):
         solution_from_python_file(tmp_path / "missing.py", "toy")
+
+
+@pytest.mark.parametrize("name", sorted(CATALOGUE_NAMES))
+def test_reference_is_within_budget_of_the_oracle(name: str) -> None:
+    """Each problem's reference, judged by the probes' own rule (error per group vs fp64, as a multiple of
+    the ideal output's), is within the problem's budgets on every CPU workload, with the declared dtypes."""
+    import torch
+
+    from worker.formats.dtypes import to_torch
+    from worker.inputs import build_case
+    from worker.probes.errors import measure_output
+    from worker.problem_spec import OutputBudget
+    from worker.reference import Reference
+
+    p = load_catalogue().get(name)
+    ref = Reference.of(p.definition)
+    for w in p.workloads_cpu:
+        case = build_case(p.definition, ref, w, seed=3)
+        outs = ref.run(case.args(p.definition))
+        exact = p.oracle()(*case.args(p.definition))
+        assert len(outs) == len(exact) == len(p.definition.outputs)
+        for (oname, spec), out, ex in zip(p.definition.outputs.items(), outs, exact):
+            assert out.dtype == to_torch(spec.dtype) and ex.dtype == torch.float64, oname
+            assert tuple(out.shape) == case.output_shapes[oname]
+            budget = p.spec.budgets.get(oname, OutputBudget())
+            err = measure_output(oname, out, ex, out.dtype, budget)
+            assert err.passed, (w.uuid, oname, err.worst_ratio)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
@@ -20,7 +21,14 @@ from pathlib import Path
 from types import ModuleType
 from typing import Literal
 
-from worker.formats import Definition, Solution, Workload, load_definition, load_solution, load_workloads
+from worker.formats import (
+    Definition,
+    Solution,
+    Workload,
+    load_definition,
+    load_solution,
+    load_workloads,
+)
 from worker.formats.errors import FormatError
 from worker.formats.loaders import parse_model
 from worker.problem_spec import AuditSpec
@@ -83,7 +91,7 @@ def load_problem(folder: Path) -> Problem:
     definition = load_definition(folder / "definition.json")
     spec_path = folder / "audit.json"
     spec = (
-        parse_model(AuditSpec, __import__("json").loads(spec_path.read_text()), str(spec_path))
+        parse_model(AuditSpec, json.loads(spec_path.read_text()), str(spec_path))
         if spec_path.exists()
         else AuditSpec()
     )

@@ -5,7 +5,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from svc_support import REDIS_URL, create_pg_database, drop_queue, drop_pg_database, postgres_reachable, redis_reachable
+from svc_support import (
+    REDIS_URL,
+    create_pg_database,
+    drop_pg_database,
+    drop_queue,
+    postgres_reachable,
+    redis_reachable,
+)
 
 from app.core.settings import Settings
 

@@ -7,8 +7,8 @@ from collections.abc import Iterator
 
 import pytest
 from fastapi.testclient import TestClient
-from svc_support import bootstrap, example
 from sqlalchemy import func, select
+from svc_support import bootstrap, example
 
 from app.auth.keys import create_api_key
 from app.core.settings import Settings

@@ -8,9 +8,18 @@ from pathlib import Path
 import httpx
 import pytest
 import redis
-from svc_support import (REDIS_URL, bootstrap, example, kill_tree, restart_redis, slow_import_solution, start_api, start_worker,
-                         wait_for)
 from sqlalchemy import func, select
+from svc_support import (
+    REDIS_URL,
+    bootstrap,
+    example,
+    kill_tree,
+    restart_redis,
+    slow_import_solution,
+    start_api,
+    start_worker,
+    wait_for,
+)
 
 from app.audits import repository
 from app.core.db import make_engine, make_sessionmaker

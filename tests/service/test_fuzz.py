@@ -7,9 +7,9 @@ from collections.abc import Iterator
 
 import pytest
 import schemathesis
-from schemathesis import GenerationMode
 from hypothesis import HealthCheck, settings
 from hypothesis.errors import Unsatisfiable
+from schemathesis import GenerationMode
 from schemathesis.checks import not_a_server_error
 from svc_support import bootstrap, example
 
@@ -21,7 +21,13 @@ pytestmark = [pytest.mark.services, pytest.mark.slow]
 
 @pytest.fixture(scope="module")
 def fuzz_target(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[object, dict[str, str]]]:
-    from svc_support import REDIS_URL, create_pg_database, drop_pg_database, postgres_reachable, redis_reachable
+    from svc_support import (
+        REDIS_URL,
+        create_pg_database,
+        drop_pg_database,
+        postgres_reachable,
+        redis_reachable,
+    )
 
     why = postgres_reachable() or redis_reachable()
     if why:

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-from svc_support import bootstrap, example, start_api, start_worker, wait_for
 from sqlalchemy import func, select
+from svc_support import bootstrap, example, start_api, start_worker, wait_for
 
 from app.core.db import make_engine, make_sessionmaker
 from app.core.settings import Settings

@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 import os
 import struct
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -31,9 +32,12 @@ def write_frame(fd: int, message: dict[str, Any]) -> None:
         data = data[n:]
 
 
-def read_exact(fd: int, n: int) -> bytes:
+def read_exact(fd: int, n: int, wait: Callable[[], None] | None = None) -> bytes:
+    """Read n bytes; `wait` (if given) runs before each read and raises when the deadline has passed."""
     chunks = []
     while n:
+        if wait is not None:
+            wait()
         chunk = os.read(fd, min(n, 1 << 24))
         if not chunk:
             raise EOFError("pipe closed")
@@ -49,8 +53,8 @@ def decode(payload: bytes) -> dict[str, Any]:
     return obj
 
 
-def read_frame(fd: int) -> dict[str, Any]:
-    (n,) = _HEADER.unpack(read_exact(fd, _HEADER.size))
+def read_frame(fd: int, wait: Callable[[], None] | None = None) -> dict[str, Any]:
+    (n,) = _HEADER.unpack(read_exact(fd, _HEADER.size, wait))
     if n > MAX_FRAME:
         raise ValueError(f"frame of {n} bytes is over the limit")
-    return decode(read_exact(fd, n))
+    return decode(read_exact(fd, n, wait))

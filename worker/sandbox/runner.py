@@ -177,6 +177,10 @@ class Sandbox:
             raise SandboxTimeout(f"'{op}' did not finish within {timeout:.0f} s; the process group was killed", log)
         try:
             reply = self._read_with_deadline(deadline)
+        except SandboxTimeout:
+            log = self.log_tail()
+            self.close()
+            raise SandboxTimeout(f"the reply to '{op}' did not finish arriving within {timeout:.0f} s; the process group was killed", log) from None
         except (EOFError, OSError, ValueError) as err:
             code = self._proc.poll() if self._proc else None
             log = self.log_tail()
@@ -206,22 +210,7 @@ class Sandbox:
             if not ready:
                 raise SandboxTimeout("reply did not arrive in time", self.log_tail())
 
-        header = self._read_n(framing._HEADER.size, wait)
-        (n,) = framing._HEADER.unpack(header)
-        if n > framing.MAX_FRAME:
-            raise ValueError("oversized frame")
-        return framing.decode(self._read_n(n, wait))
-
-    def _read_n(self, n: int, wait: Any) -> bytes:
-        chunks = []
-        while n:
-            wait()
-            chunk = os.read(self._from_child, min(n, 1 << 24))
-            if not chunk:
-                raise EOFError("pipe closed")
-            chunks.append(chunk)
-            n -= len(chunk)
-        return b"".join(chunks)
+        return framing.read_frame(self._from_child, wait)
 
     # ops -----------------------------------------------------------------
     def load(self, solution: Solution) -> dict[str, Any]:
