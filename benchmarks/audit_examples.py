@@ -12,15 +12,20 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import multiprocessing
 import os
 import platform
+import secrets
+import signal
 import sys
 import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.expectations import expected, runs_on  # noqa: E402
+from benchmarks.expectations import expected, runs_on, stop_workers  # noqa: E402
 from worker.catalogue import load_catalogue  # noqa: E402
 from worker.engine import parse_stages, run_audit  # noqa: E402
 
@@ -33,6 +38,40 @@ def device_name(device: str) -> str:
     return f"{platform.processor() or platform.machine()} ({os.cpu_count()} cores)"
 
 
+def audit_row(problem_name: str, sname: str, device: str, stages: tuple[str, ...]) -> dict[str, Any]:
+    """Audit one example solution and compare each stage with benchmarks/expectations.py."""
+    # SIGTERM (the time budget) unwinds the audit, so its sandbox child (own session) is killed too
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    if device == "cpu":
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+    problem = load_catalogue().get(problem_name)
+    sol = problem.example_solutions()[sname]
+    t0 = time.perf_counter()
+    report = run_audit(problem, sol, device=device, stages=stages, seed=secrets.randbits(62))
+    wall = time.perf_counter() - t0
+    statuses = {s.name: s.status.value for s in report.stages}
+    mismatches = []
+    for st in stages:
+        want = expected(problem.name, sname, st)
+        if want != "any" and statuses.get(st) != want:
+            mismatches.append(f"{st}: {statuses.get(st)} (expected {want})")
+    return {
+        "problem": problem.name, "solution": sname, "verdict": report.verdict.value,
+        "wall_s": round(wall, 2), "statuses": statuses, "matches_expectation": not mismatches,
+        "mismatches": mismatches, "summary": report.summary,
+        "stages": [s.model_dump(mode="json") for s in report.stages],
+    }
+
+
+def _report(row: dict[str, Any]) -> dict[str, Any]:
+    statuses: dict[str, str] = row["statuses"]
+    print(f"{row['problem']:28s} {row['solution']:28s} {row['verdict']:5s} {row['wall_s']:7.1f}s "
+          + " ".join(f"{k}={v}" for k, v in statuses.items())
+          + ("" if not row["mismatches"] else "  MISMATCH " + "; ".join(row["mismatches"])), flush=True)
+    print(f"    {row['summary'][:300]}", flush=True)
+    return row
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--device", default="cpu")
@@ -40,6 +79,8 @@ def main() -> int:
     ap.add_argument("--problems", default="")
     ap.add_argument("--solutions", default="", help="comma-separated solution names (default: all)")
     ap.add_argument("--out", default="")
+    ap.add_argument("--jobs", type=int, default=1, help="audits run at once, each in its own process (default 1)")
+    ap.add_argument("--budget-s", type=float, default=float("inf"), help="stop waiting for audits after this many seconds")
     args = ap.parse_args()
     if args.device == "cpu":
         os.environ.setdefault("TRITON_INTERPRET", "1")
@@ -47,40 +88,56 @@ def main() -> int:
     cat = load_catalogue()
     wanted = set(filter(None, args.problems.split(",")))
     wanted_sol = set(filter(None, args.solutions.split(",")))
-    rows = []
+    todo = [
+        (problem.name, sname)
+        for problem in cat
+        if not wanted or problem.name in wanted
+        for sname, sol in problem.example_solutions().items()
+        if (not wanted_sol or sname in wanted_sol) and runs_on(sol.spec.target_hardware, args.device)
+    ]
     import torch
 
-    for problem in cat:
-        if wanted and problem.name not in wanted:
-            continue
-        for sname, sol in problem.example_solutions().items():
-            if wanted_sol and sname not in wanted_sol:
-                continue
-            if not runs_on(sol.spec.target_hardware, args.device):
-                continue
-            t0 = time.perf_counter()
-            report = run_audit(problem, sol, device=args.device, stages=stages, seed=int(time.time() * 1e6) % (1 << 62))
-            wall = time.perf_counter() - t0
-            statuses = {s.name: s.status.value for s in report.stages}
-            mismatches = []
-            for st in stages:
-                want = expected(problem.name, sname, st)
-                if want != "any" and statuses.get(st) != want:
-                    mismatches.append(f"{st}: {statuses.get(st)} (expected {want})")
-            rows.append({
-                "problem": problem.name, "solution": sname, "verdict": report.verdict.value,
-                "wall_s": round(wall, 2), "statuses": statuses, "matches_expectation": not mismatches,
-                "mismatches": mismatches, "summary": report.summary,
-                "stages": [s.model_dump(mode="json") for s in report.stages],
-            })
-            print(f"{problem.name:28s} {sname:28s} {report.verdict.value:5s} {wall:7.1f}s "
-                  + " ".join(f"{k}={v}" for k, v in statuses.items() if k in stages)
-                  + ("" if not mismatches else "  MISMATCH " + "; ".join(mismatches)), flush=True)
-            print(f"    {report.summary[:300]}", flush=True)
-    meta = {
+    started = time.perf_counter()
+    rows: list[dict[str, Any]] = []
+    order = {key: i for i, key in enumerate(todo)}
+
+    def record(row: dict[str, Any]) -> None:
+        rows.append(_report(row))
+        rows.sort(key=lambda r: order[(r["problem"], r["solution"])])
+        write_results(args, rows, stages, torch.__version__, planned=len(todo))  # partial results survive a kill
+
+    if args.jobs <= 1:
+        for problem_name, sname in todo:
+            if time.perf_counter() - started > args.budget_s:
+                print(f"time budget of {args.budget_s:.0f} s reached; {len(todo) - len(rows)} audits not started", flush=True)
+                break
+            record(audit_row(problem_name, sname, args.device, stages))
+    else:
+        # each audit in its own spawned process (CUDA cannot fork); the verdicts do not depend on
+        # timing, but kernel times measured while other audits share the GPU are indicative only
+        with ProcessPoolExecutor(max_workers=args.jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+            futures = [pool.submit(audit_row, p, s, args.device, stages) for p, s in todo]
+            try:
+                for fut in as_completed(futures, timeout=None if args.budget_s == float("inf") else args.budget_s):
+                    record(fut.result())
+            except TimeoutError:
+                print(f"time budget of {args.budget_s:.0f} s reached; {len(todo) - len(rows)} audits unfinished", flush=True)
+                for fut in futures:
+                    fut.cancel()
+                stop_workers(pool)
+                pool.shutdown(wait=False, cancel_futures=True)
+    meta = write_results(args, rows, stages, torch.__version__, planned=len(todo))
+    print(json.dumps(meta))
+    return 0 if meta["all_match"] and meta["n"] == len(todo) else 1
+
+
+def write_results(args: argparse.Namespace, rows: list[dict[str, Any]], stages: tuple[str, ...], torch_version: str,
+                  *, planned: int) -> dict[str, Any]:
+    meta: dict[str, Any] = {
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        "device": device_name(args.device), "torch": torch.__version__,
-        "stages": list(stages), "n": len(rows), "all_match": all(r["matches_expectation"] for r in rows),
+        "device": device_name(args.device), "torch": torch_version,
+        "stages": list(stages), "n": len(rows), "planned": planned, "concurrent_audits": max(1, args.jobs),
+        "all_match": all(r["matches_expectation"] for r in rows),
     }
     try:
         import triton
@@ -88,10 +145,9 @@ def main() -> int:
         meta["triton"] = triton.__version__
     except ImportError:
         pass
-    print(json.dumps(meta))
     if args.out:
         Path(args.out).write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
-    return 0 if meta["all_match"] else 1
+    return meta
 
 
 if __name__ == "__main__":

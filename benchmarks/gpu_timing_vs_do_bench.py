@@ -84,8 +84,10 @@ def measure(problem: Problem, sol_name: str, solution: Solution, device: str) ->
     with Sandbox(device) as sb:
         sb.load(solution)
         reply = sb.request("time", {"args": args, "outputs": specs, **GPU_TIMING.model_dump()})
-    sandbox = TimingSample(times_ms=reply["times_ms"], clock=reply["clock"])
+    sandbox = TimingSample(times_ms=reply["times_ms"], clock=reply["clock"], host_times_ms=reply.get("host_times_ms"))
     row["sandbox_ms"] = sandbox.median_ms
+    row["sandbox_host_ms"] = sandbox.host_median_ms
+    row["launch_bound"] = sandbox.launch_bound
     row["sandbox_clock"] = sandbox.clock
     row["tampered"] = reply.get("tampered", [])
 
@@ -99,7 +101,9 @@ def measure(problem: Problem, sol_name: str, solution: Solution, device: str) ->
             call = lambda: fn(*dev_args)  # noqa: E731
         call()
         torch.cuda.synchronize()
-        row["trusted_ms"] = time_trusted(call, device, GPU_TIMING).median_ms
+        trusted = time_trusted(call, device, GPU_TIMING)
+        row["trusted_ms"] = trusted.median_ms
+        row["trusted_host_ms"] = trusted.host_median_ms
         row["do_bench_ms"] = _do_bench(call)
 
     ref_args = to_device(args, device)

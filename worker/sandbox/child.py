@@ -170,16 +170,20 @@ def op_time(state: HarnessState, payload: dict[str, Any]) -> dict[str, Any]:
         torch.cuda.synchronize(state.device)
         starts = [event_cls(enable_timing=True) for _ in range(reps)]  # type: ignore[operator]
         ends = [event_cls(enable_timing=True) for _ in range(reps)]  # type: ignore[operator]
+        host: list[float] = []
         for i in range(reps):
             if payload.get("flush_l2", True):
                 flush.zero_()
+            h0 = state.perf_counter()
             starts[i].record()
             _invoke(state, args, outs)
             ends[i].record()
+            host.append((state.perf_counter() - h0) * 1e3)  # time the host spent issuing the call
         torch.cuda.synchronize(state.device)
         elapsed = state.pristine["torch.cuda.Event.elapsed_time"]
         times = [float(elapsed(s, e)) for s, e in zip(starts, ends)]  # type: ignore[operator]
         clock = "cuda_events"
+        return {"ok": True, "times_ms": times, "host_times_ms": host, "clock": clock, "tampered": state.tampered()}
     else:
         for _ in range(warmup):
             _invoke(state, args, outs)

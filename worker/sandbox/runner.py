@@ -68,6 +68,13 @@ def scrubbed_env(home: Path, device: str = "cpu") -> dict[str, str]:
 def _limit_resources() -> None:  # runs in the child before exec
     import resource
 
+    if sys.platform.startswith("linux"):
+        # the child runs in its own session, so a parent killed outright (SIGKILL, OOM) could not
+        # take it down: have the kernel kill it when the parent dies
+        import ctypes
+        import signal
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     resource.setrlimit(resource.RLIMIT_FSIZE, (2 * 1024**3, 2 * 1024**3))
     # no RLIMIT_AS: CUDA reserves far more virtual memory than it uses

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import statistics
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -50,13 +51,27 @@ def timing_config(device: str) -> TimingConfig:
     return GPU_TIMING if device.startswith("cuda") else CPU_TIMING
 
 
+# a GPU call whose host-side issue time is at least this share of its device time is launch-bound
+LAUNCH_BOUND_SHARE = 0.8
+
+
 class TimingSample(BaseModel):
     times_ms: list[float]
     clock: str
+    host_times_ms: list[float] | None = Field(None, description="GPU only: wall time the host spent issuing each call")
 
     @property
     def median_ms(self) -> float:
         return float(statistics.median(self.times_ms))
+
+    @property
+    def host_median_ms(self) -> float | None:
+        return float(statistics.median(self.host_times_ms)) if self.host_times_ms else None
+
+    @property
+    def launch_bound(self) -> bool:
+        host = self.host_median_ms
+        return host is not None and host >= LAUNCH_BOUND_SHARE * self.median_ms
 
 
 def time_trusted(fn: Callable[[], object], device: str | torch.device, cfg: TimingConfig) -> TimingSample:
@@ -69,16 +84,19 @@ def time_trusted(fn: Callable[[], object], device: str | torch.device, cfg: Timi
         torch.cuda.synchronize(dev)
         starts = [torch.cuda.Event(enable_timing=True) for _ in range(cfg.reps)]
         ends = [torch.cuda.Event(enable_timing=True) for _ in range(cfg.reps)]
+        host = []
         for i in range(cfg.reps):
             if cfg.flush_l2:
                 flush.zero_()
+            h0 = time.perf_counter()
             starts[i].record()
             fn()
             ends[i].record()
+            host.append((time.perf_counter() - h0) * 1e3)
         torch.cuda.synchronize(dev)
-        return TimingSample(times_ms=[float(s.elapsed_time(e)) for s, e in zip(starts, ends)], clock="cuda_events")
-    import time
-
+        return TimingSample(
+            times_ms=[float(s.elapsed_time(e)) for s, e in zip(starts, ends)], clock="cuda_events", host_times_ms=host
+        )
     for _ in range(cfg.warmup):
         fn()
     times = []
@@ -308,7 +326,9 @@ def _time(ctx: AuditContext, sb: Sandbox, metrics: dict[str, Any], evidence: dic
         or not all(isinstance(t, float) and math.isfinite(t) and t > 0 for t in times)
     ):
         raise _Failure(f"{where}: the timing reply is malformed (clock {clock!r}, {len(times) if isinstance(times, list) else 0} samples)")
-    kernel = TimingSample(times_ms=times, clock=clock)
+    host = reply.get("host_times_ms")
+    host_ok = isinstance(host, list) and len(host) == cfg.reps and all(isinstance(t, float) and math.isfinite(t) for t in host)
+    kernel = TimingSample(times_ms=times, clock=clock, host_times_ms=host if host_ok else None)
     dev_args = to_device(args, ctx.device)
     fn = ctx.reference.run_fn
     with torch.no_grad():
@@ -321,4 +341,13 @@ def _time(ctx: AuditContext, sb: Sandbox, metrics: dict[str, Any], evidence: dic
         kernel_times_ms=kernel.times_ms if cfg.reps <= 20 else None,
     )
     metrics.update(kernel_median_ms=kernel.median_ms, reference_median_ms=ref.median_ms, speedup=speedup)
-    return f"{_speed_phrase(speedup)} ({CLOCK_LABEL[clock]}, median of {cfg.reps}, workload {w.uuid})"
+    phrase = f"{_speed_phrase(speedup)} ({CLOCK_LABEL[clock]}, median of {cfg.reps}, workload {w.uuid})"
+    if kernel.host_median_ms is not None:
+        timing.update(kernel_host_median_ms=kernel.host_median_ms, launch_bound=kernel.launch_bound)
+        if kernel.launch_bound:
+            # reported by the child, so informative only: it never changes a verdict
+            phrase += (
+                f"; launch-bound: issuing one call takes the host {kernel.host_median_ms:.3f} ms of its "
+                f"{kernel.median_ms:.3f} ms, so its time depends on the CPU and Python overhead, not the GPU"
+            )
+    return phrase
