@@ -45,14 +45,16 @@ SOLUTIONS = ("triton_bf16_partials", "triton")
 PROBLEM = "rmsnorm_backward"
 
 
+SCRUBBED_ENV = runner.scrubbed_env
+
+
 def full_env(home: Path, device: str = "cpu") -> dict[str, str]:
     env = dict(os.environ)
-    env.update(runner.scrubbed_env(home, device))
+    env.update(SCRUBBED_ENV(home, device))
     return env
 
 
 def sandbox_time(solution: Any, args: list[Any], specs: list[dict[str, Any]], env: str) -> TimingSample:
-    scrubbed = runner.scrubbed_env
     if env == "full":
         runner.scrubbed_env = full_env  # type: ignore[assignment]
     try:
@@ -60,7 +62,7 @@ def sandbox_time(solution: Any, args: list[Any], specs: list[dict[str, Any]], en
             sb.load(solution)
             reply = sb.request("time", {"args": args, "outputs": specs, **GPU_TIMING.model_dump()})
     finally:
-        runner.scrubbed_env = scrubbed  # type: ignore[assignment]
+        runner.scrubbed_env = SCRUBBED_ENV  # type: ignore[assignment]
     return TimingSample(times_ms=reply["times_ms"], clock=reply["clock"], host_times_ms=reply.get("host_times_ms"))
 
 

@@ -14,7 +14,7 @@ from worker.engine import run_audit
 from worker.formats import Solution, SolutionSpec, SourceFile, solution_from_python_file
 from worker.inputs import build_case
 from worker.problem_spec import Tolerance
-from worker.stages.benchmark import CPU_TIMING, ROUNDS, time_trusted, timing_workload
+from worker.stages.benchmark import CPU_TIMING, LAUNCH_BOUND_SHARE, ROUNDS, TimingSample, time_trusted, timing_workload
 from worker.stages.compare import compare_output
 from worker.stages.result import StageResult, StageStatus, Verdict
 
@@ -100,6 +100,18 @@ def test_trusted_cpu_timer_is_wall_clock() -> None:
     sample = time_trusted(lambda: x @ x, "cpu", CPU_TIMING)
     assert sample.clock == "wall_clock_cpu"
     assert len(sample.times_ms) == CPU_TIMING.reps and all(t > 0 for t in sample.times_ms)
+
+
+def test_launch_bound_means_the_host_issue_time_is_most_of_the_device_time() -> None:
+    device = [1.0, 1.0, 1.2]
+    assert TimingSample(times_ms=device, clock="cuda_events", host_times_ms=[0.9, 0.95, 1.1]).launch_bound
+    assert not TimingSample(times_ms=device, clock="cuda_events", host_times_ms=[0.1, 0.2, 0.1]).launch_bound
+    # the boundary is LAUNCH_BOUND_SHARE of the median device time
+    edge = LAUNCH_BOUND_SHARE * 1.0
+    assert TimingSample(times_ms=device, clock="cuda_events", host_times_ms=[edge] * 3).launch_bound
+    assert not TimingSample(times_ms=device, clock="cuda_events", host_times_ms=[edge * 0.99] * 3).launch_bound
+    # no host times (the CPU clock, or an old child): never flagged
+    assert not TimingSample(times_ms=device, clock="wall_clock_cpu").launch_bound
 
 
 # --- the stage end to end ----------------------------------------------------------------------
@@ -204,3 +216,5 @@ def test_gpu_profile_times_with_cuda_events() -> None:
     assert res.metrics["timing"]["clock"] == "cuda_events"
     assert res.metrics["timing"]["workload"] == timing_workload(EMB, "gpu").uuid
     assert "CUDA events, median of 100" in res.summary
+    timing = res.metrics["timing"]
+    assert timing["kernel_host_median_ms"] > 0 and isinstance(timing["launch_bound"], bool)

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -55,6 +59,42 @@ def test_timeout_kills_the_whole_process_group() -> None:
     leftovers = [int(d) for d in os.listdir("/proc") if d.isdigit() and _pgid(int(d)) == pid and not _zombie(int(d))]
     assert leftovers == []
     assert not sb.alive
+
+
+def test_the_child_dies_when_its_parent_is_killed_outright(tmp_path: Path) -> None:
+    """The child has its own session, so only PR_SET_PDEATHSIG takes it down with a SIGKILLed worker."""
+    script = tmp_path / "parent.py"
+    script.write_text(
+        "import sys, torch\n"
+        "from worker.formats import Solution\n"
+        "from worker.sandbox import Sandbox\n"
+        "sb = Sandbox('cpu')\n"
+        "sb.start()\n"
+        "sb.load(Solution.model_validate_json(sys.argv[1]))\n"
+        "print(sb._proc.pid, flush=True)\n"
+        "sb.request('call', {'args': [torch.zeros(1)], 'outputs': [], 'poison': None}, timeout_s=600)\n"
+    )
+    # busy in the kernel, the child never reads the pipe, so it cannot notice that the parent is gone
+    busy = _solution("import time\ndef run(x):\n    time.sleep(600)\n", dps=False)
+    parent = subprocess.Popen([sys.executable, str(script), busy.model_dump_json()], stdout=subprocess.PIPE, text=True,
+                              cwd=Path(__file__).resolve().parent.parent,
+                              env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)})
+    child = -1
+    try:
+        assert parent.stdout is not None
+        child = int(parent.stdout.readline())
+        assert not _zombie(child)
+        time.sleep(1.0)  # the call is under way
+        parent.send_signal(signal.SIGKILL)
+        parent.wait(10)
+        deadline = time.monotonic() + 10
+        while not _zombie(child) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert _zombie(child), "the sandbox child outlived its killed parent"
+    finally:
+        parent.kill()
+        if child > 0 and not _zombie(child):
+            os.kill(child, signal.SIGKILL)
 
 
 def _zombie(pid: int) -> bool:

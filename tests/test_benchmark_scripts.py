@@ -1,0 +1,58 @@
+"""The benchmark scripts that produce the recorded results: parallel audits, time budget, partial output."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _run(*args: str, out: Path, timeout: float = 240) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "benchmarks/audit_examples.py", "--device", "cpu", *args, "--out", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=timeout,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "TRITON_INTERPRET": "1"},
+    )
+
+
+def _sandbox_children() -> list[int]:
+    found = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            cmd = Path(f"/proc/{d}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if b"worker.sandbox.child" in cmd:
+            found.append(int(d))
+    return found
+
+
+def test_parallel_audits_match_expectations_and_keep_input_order(tmp_path: Path) -> None:
+    out = tmp_path / "r.json"
+    done = _run("--problems", "embedding_backward", "--solutions", "pytorch_bf16_accum,pytorch_fp32",
+                "--stages", "intake,static,benchmark", "--jobs", "2", out=out)
+    assert done.returncode == 0, done.stdout + done.stderr
+    result = json.loads(out.read_text())
+    assert result["meta"]["concurrent_audits"] == 2 and result["meta"]["n"] == result["meta"]["planned"] == 2
+    # the catalogue's order, whichever audit finished first
+    assert [r["solution"] for r in result["rows"]] == ["pytorch_bf16_accum", "pytorch_fp32"]
+    # the bf16 accumulator passes the benchmark: that is the story
+    assert all(r["statuses"]["benchmark"] == "passed" and r["matches_expectation"] for r in result["rows"])
+
+
+def test_time_budget_stops_running_audits_and_their_sandboxes(tmp_path: Path) -> None:
+    before = set(_sandbox_children())
+    out = tmp_path / "r.json"
+    done = _run("--problems", "embedding_backward", "--solutions", "pytorch_fp32,pytorch_bf16_accum",
+                "--jobs", "2", "--budget-s", "4", out=out)
+    assert done.returncode == 1, "an unfinished run must not report success"
+    assert "time budget of 4 s reached" in done.stdout
+    meta = json.loads(out.read_text())["meta"]
+    assert meta["planned"] == 2 and meta["n"] < 2
+    assert set(_sandbox_children()) - before == set(), "a stopped audit left its sandbox child running"
