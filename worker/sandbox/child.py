@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from worker.sandbox import framing
+from worker.sandbox import framing, spill
 
 # Ops served besides the built-in ones, imported on first use: "module:function".
 # Each takes (state, payload) and returns the reply dict.
@@ -222,13 +222,15 @@ def main() -> None:
             return
         op = msg.pop("op", "")
         nonce = msg.pop("nonce", "")
+        spill_dir = Path.cwd() / spill.FOLDER
         try:
             handler = _resolve(op)
         except KeyError:
             framing.write_frame(write_fd, {"ok": False, "kind": "harness", "error": f"unknown op '{op}'", "nonce": nonce})
             continue
         try:
-            reply = handler(state, msg)
+            reply = handler(state, spill.unspill_message(spill_dir, msg, copy=False))
+            reply, _ = spill.spill_message(spill_dir, reply, nonce)
         except BaseException as err:  # noqa: BLE001 - everything the submission raises goes back as data
             if isinstance(err, KeyboardInterrupt):
                 raise

@@ -15,7 +15,7 @@ from types import TracebackType
 from typing import Any
 
 from worker.formats import Solution
-from worker.sandbox import framing
+from worker.sandbox import framing, spill
 
 # The only variables a submission's process sees. Database and broker URLs,
 # API keys and webhook secrets never reach it.
@@ -100,6 +100,8 @@ class Sandbox:
         c_read, p_write = os.pipe()
         p_read, c_write = os.pipe()
         self._stderr_path = home / "child.log"
+        self._spill_dir = home / spill.FOLDER
+        self._spill_dir.mkdir()
         stderr = open(self._stderr_path, "wb")  # noqa: SIM115 - closed after Popen
         self._proc = subprocess.Popen(
             [sys.executable, "-m", "worker.sandbox.child", str(c_read), str(c_write)],
@@ -170,6 +172,15 @@ class Sandbox:
         # every reply must echo this request's nonce: a frame the submission forged
         # (or a stream shifted by one) is caught here or at the next request
         nonce = secrets.token_hex(8)
+        # large tensors go as files in the sandbox's folder; removed once the reply is in
+        payload, written = spill.spill_message(self._spill_dir, payload, nonce)
+        try:
+            return self._exchange(op, nonce, payload, timeout)
+        finally:
+            for path in written:
+                path.unlink(missing_ok=True)
+
+    def _exchange(self, op: str, nonce: str, payload: dict[str, Any], timeout: float) -> dict[str, Any]:
         try:
             framing.write_frame(self._to_child, {"op": op, "nonce": nonce, **payload})
         except (BrokenPipeError, OSError) as err:
@@ -201,6 +212,12 @@ class Sandbox:
             log = self.log_tail()
             self.close()
             raise SandboxCrash(f"the reply to '{op}' is out of sequence: the result channel was written by someone else", log)
+        try:
+            reply = spill.unspill_message(self._spill_dir, reply, copy=True)
+        except (spill.SpillError, OSError) as err:
+            log = self.log_tail()
+            self.close()
+            raise SandboxCrash(f"the submission's process sent an unreadable reply to '{op}': {err}", log) from err
         if not reply.get("ok", False):
             kind = reply.get("kind", "submission")
             message = str(reply.get("error", "unknown error"))
