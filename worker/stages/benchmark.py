@@ -347,7 +347,7 @@ def _time(ctx: AuditContext, sb: Sandbox, metrics: dict[str, Any], evidence: dic
         if kernel.launch_bound:
             # reported by the child, so informative only: it never changes a verdict
             phrase += (
-                f"; launch-bound: issuing one call takes the host {kernel.host_median_ms:.3f} ms of its "
-                f"{kernel.median_ms:.3f} ms, so its time depends on the CPU and Python overhead, not the GPU"
+                f"; host-bound: the host is busy {kernel.host_median_ms:.3f} ms of the call's {kernel.median_ms:.3f} ms "
+                "(launch overhead, or a host-device sync inside the call), so its time depends on the CPU, not only the GPU"
             )
     return phrase
