@@ -6,7 +6,8 @@ copy. Only the top-level lists `args` (parent to child), `outputs` and `args_aft
 parent) are spilled; every other value still travels in the frame. A spilled tensor is
 replaced by a small descriptor: {"__spill__": file name, "dtype": name, "shape": [...]}.
 
-The parent treats the child's files as hostile input: the name must be a plain name in the
+The files give the submission no power it lacks: what it could write into one it could
+return as an output. The parent treats the child's files as hostile input: the name must be a plain name in the
 spill folder, the dtype one of a fixed set, the size exact, symbolic links refused, and the
 bytes are copied out at once (the child could change the file later).
 """
