@@ -12,20 +12,19 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
-import multiprocessing
 import os
 import platform
 import secrets
 import signal
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.expectations import expected, runs_on, stop_workers  # noqa: E402
+from benchmarks.expectations import expected, runs_on  # noqa: E402
+from benchmarks.parallel import run_jobs  # noqa: E402
 from worker.catalogue import load_catalogue  # noqa: E402
 from worker.engine import parse_stages, run_audit  # noqa: E402
 
@@ -113,19 +112,10 @@ def main() -> int:
                 break
             record(audit_row(problem_name, sname, args.device, stages))
     else:
-        # each audit in its own spawned process (CUDA cannot fork); the verdicts do not depend on
-        # timing, but kernel times measured while other audits share the GPU are indicative only
-        with ProcessPoolExecutor(max_workers=args.jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
-            futures = [pool.submit(audit_row, p, s, args.device, stages) for p, s in todo]
-            try:
-                for fut in as_completed(futures, timeout=None if args.budget_s == float("inf") else args.budget_s):
-                    record(fut.result())
-            except TimeoutError:
-                print(f"time budget of {args.budget_s:.0f} s reached; {len(todo) - len(rows)} audits unfinished", flush=True)
-                for fut in futures:
-                    fut.cancel()
-                stop_workers(pool)
-                pool.shutdown(wait=False, cancel_futures=True)
+        # the verdicts do not depend on timing, but kernel times measured while other audits
+        # share the GPU are indicative only
+        run_jobs(audit_row, [(p, s, args.device, stages) for p, s in todo], workers=args.jobs,
+                 budget_s=args.budget_s, on_result=record)
     meta = write_results(args, rows, stages, torch.__version__, planned=len(todo))
     print(json.dumps(meta))
     return 0 if meta["all_match"] and meta["n"] == len(todo) else 1

@@ -6,8 +6,6 @@ benchmark and fail the probes (and the canary). Used by the benchmark scripts.
 
 from __future__ import annotations
 
-from concurrent.futures import ProcessPoolExecutor
-
 # (problem, solution) -> expected status per stage; stages not named must pass
 KNOWN_BAD: dict[tuple[str, str], dict[str, str]] = {
     ("embedding_backward", "pytorch_bf16_accum"): {"benchmark": "passed", "probes": "failed", "canary": "failed"},
@@ -31,16 +29,3 @@ def runs_on(solution_hw: list[str], device: str) -> bool:
     kind = "cuda" if device.startswith("cuda") else "cpu"
     return any(kind in h.lower() or (kind == "cuda" and h.lower() in ("h100", "h200", "gpu", "nvidia")) for h in solution_hw)
 
-
-def stop_workers(pool: ProcessPoolExecutor, grace_s: float = 5.0) -> None:
-    """Stop a pool's running audits: SIGTERM (each unwinds and kills its sandbox child), then SIGKILL."""
-    import time
-
-    procs = list(getattr(pool, "_processes", {}).values())
-    for proc in procs:
-        proc.terminate()
-    deadline = time.monotonic() + grace_s
-    for proc in procs:
-        proc.join(max(0.0, deadline - time.monotonic()))
-        if proc.is_alive():
-            proc.kill()

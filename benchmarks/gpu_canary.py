@@ -15,12 +15,10 @@ import argparse
 import datetime as dt
 import json
 import math
-import multiprocessing
 import secrets
 import signal
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch  # noqa: E402
 
-from benchmarks.expectations import stop_workers  # noqa: E402
+from benchmarks.parallel import run_jobs  # noqa: E402
 from worker.catalogue import load_catalogue  # noqa: E402
 from worker.context import AuditContext  # noqa: E402
 from worker.stages import canary  # noqa: E402
@@ -177,17 +175,8 @@ def main() -> None:
         with open(args.out, "w") as f:
             json.dump({"summary": summary, "audits": rows}, f, indent=1, default=str)
 
-    with ProcessPoolExecutor(max_workers=max(1, args.jobs), mp_context=multiprocessing.get_context("spawn")) as pool:
-        futures = [pool.submit(audit_job, p, s, e, k, args.device) for p, s, e, k in todo]
-        try:
-            for fut in as_completed(futures, timeout=args.budget_s):
-                record(fut.result())
-        except TimeoutError:
-            print(f"time budget of {args.budget_s:.0f} s reached; {len(todo) - len(rows)} audits unfinished", flush=True)
-            for fut in futures:
-                fut.cancel()
-            stop_workers(pool)
-            pool.shutdown(wait=False, cancel_futures=True)
+    run_jobs(audit_job, [(p, s, e, k, args.device) for p, s, e, k in todo], workers=args.jobs,
+             budget_s=args.budget_s, on_result=record)
     print()
     print_table(rows)
     print()

@@ -11,24 +11,27 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _run(*args: str, out: Path, timeout: float = 240) -> subprocess.CompletedProcess[str]:
+def _run(*args: str, out: Path, tmp: Path, timeout: float = 240) -> subprocess.CompletedProcess[str]:
+    tmp.mkdir(exist_ok=True)
     return subprocess.run(
         [sys.executable, "benchmarks/audit_examples.py", "--device", "cpu", *args, "--out", str(out)],
         cwd=ROOT, capture_output=True, text=True, timeout=timeout,
-        env={**os.environ, "PYTHONPATH": str(ROOT), "TRITON_INTERPRET": "1"},
+        # sandboxes make their folders under TMPDIR: that tells this run's children from any other's
+        env={**os.environ, "PYTHONPATH": str(ROOT), "TRITON_INTERPRET": "1", "TMPDIR": str(tmp)},
     )
 
 
-def _sandbox_children() -> list[int]:
+def _sandbox_children_under(folder: Path) -> list[int]:
     found = []
     for d in os.listdir("/proc"):
         if not d.isdigit():
             continue
         try:
             cmd = Path(f"/proc/{d}/cmdline").read_bytes()
+            cwd = os.readlink(f"/proc/{d}/cwd")
         except OSError:
             continue
-        if b"worker.sandbox.child" in cmd:
+        if b"worker.sandbox.child" in cmd and cwd.startswith(str(folder)):
             found.append(int(d))
     return found
 
@@ -36,7 +39,7 @@ def _sandbox_children() -> list[int]:
 def test_parallel_audits_match_expectations_and_keep_input_order(tmp_path: Path) -> None:
     out = tmp_path / "r.json"
     done = _run("--problems", "embedding_backward", "--solutions", "pytorch_bf16_accum,pytorch_fp32",
-                "--stages", "intake,static,benchmark", "--jobs", "2", out=out)
+                "--stages", "intake,static,benchmark", "--jobs", "2", out=out, tmp=tmp_path / "tmp")
     assert done.returncode == 0, done.stdout + done.stderr
     result = json.loads(out.read_text())
     assert result["meta"]["concurrent_audits"] == 2 and result["meta"]["n"] == result["meta"]["planned"] == 2
@@ -47,12 +50,11 @@ def test_parallel_audits_match_expectations_and_keep_input_order(tmp_path: Path)
 
 
 def test_time_budget_stops_running_audits_and_their_sandboxes(tmp_path: Path) -> None:
-    before = set(_sandbox_children())
     out = tmp_path / "r.json"
     done = _run("--problems", "embedding_backward", "--solutions", "pytorch_fp32,pytorch_bf16_accum",
-                "--jobs", "2", "--budget-s", "4", out=out)
+                "--jobs", "2", "--budget-s", "4", out=out, tmp=tmp_path / "tmp")
     assert done.returncode == 1, "an unfinished run must not report success"
     assert "time budget of 4 s reached" in done.stdout
     meta = json.loads(out.read_text())["meta"]
     assert meta["planned"] == 2 and meta["n"] < 2
-    assert set(_sandbox_children()) - before == set(), "a stopped audit left its sandbox child running"
+    assert _sandbox_children_under(tmp_path / "tmp") == [], "a stopped audit left its sandbox child running"

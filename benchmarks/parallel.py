@@ -1,0 +1,54 @@
+"""Running benchmark audits N at once, each in its own process, under a time budget."""
+
+from __future__ import annotations
+
+import multiprocessing
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from typing import Any
+
+Job = tuple[Any, ...]
+
+
+def run_jobs(
+    fn: Callable[..., dict[str, Any]],
+    jobs: Sequence[Job],
+    *,
+    workers: int,
+    budget_s: float,
+    on_result: Callable[[dict[str, Any]], None],
+) -> int:
+    """Call fn(*job) for every job, `workers` at a time, each in a spawned process (CUDA cannot fork).
+
+    Results reach `on_result` as they finish. Past `budget_s` seconds the running jobs are stopped
+    and the rest never start; returns how many jobs did not finish.
+    """
+    done, stopped = 0, False
+    pool = ProcessPoolExecutor(max_workers=max(1, workers), mp_context=multiprocessing.get_context("spawn"))
+    futures = [pool.submit(fn, *job) for job in jobs]
+    try:
+        for fut in as_completed(futures, timeout=None if budget_s == float("inf") else budget_s):
+            on_result(fut.result())
+            done += 1
+    except TimeoutError:
+        print(f"time budget of {budget_s:.0f} s reached; {len(jobs) - done} audits unfinished", flush=True)
+        for fut in futures:
+            fut.cancel()
+        stop_workers(pool)
+        stopped = True
+    finally:
+        pool.shutdown(wait=not stopped, cancel_futures=True)
+    return len(jobs) - done
+
+
+def stop_workers(pool: ProcessPoolExecutor, grace_s: float = 5.0) -> None:
+    """Stop a pool's running audits: SIGTERM (each unwinds and kills its sandbox child), then SIGKILL."""
+    procs = list((getattr(pool, "_processes", None) or {}).values())
+    for proc in procs:
+        proc.terminate()
+    deadline = time.monotonic() + grace_s
+    for proc in procs:
+        proc.join(max(0.0, deadline - time.monotonic()))
+        if proc.is_alive():
+            proc.kill()
