@@ -92,7 +92,7 @@ def main() -> int:
         for problem in cat
         if not wanted or problem.name in wanted
         for sname, sol in problem.example_solutions().items()
-        if (not wanted_sol or sname in wanted_sol) and runs_on(sol.spec.target_hardware, args.device)
+        if (not wanted_sol or sname in wanted_sol) and runs_on(sol.spec, args.device)
     ]
     import torch
 

@@ -6,6 +6,8 @@ benchmark and fail the probes (and the canary). Used by the benchmark scripts.
 
 from __future__ import annotations
 
+from worker.formats import SolutionSpec
+
 # (problem, solution) -> expected status per stage; stages not named must pass
 KNOWN_BAD: dict[tuple[str, str], dict[str, str]] = {
     ("embedding_backward", "pytorch_bf16_accum"): {"benchmark": "passed", "probes": "failed", "canary": "failed"},
@@ -23,9 +25,9 @@ def expected(problem: str, solution: str, stage: str) -> str:
     return KNOWN_BAD.get((problem, solution), {}).get(stage, "passed")
 
 
-def runs_on(solution_hw: list[str], device: str) -> bool:
-    if not solution_hw:
+def runs_on(spec: SolutionSpec, device: str) -> bool:
+    """Whether a solution's target_hardware lets it run on `device` (no hardware named: anywhere)."""
+    if not spec.target_hardware:
         return True
-    kind = "cuda" if device.startswith("cuda") else "cpu"
-    return any(kind in h.lower() or (kind == "cuda" and h.lower() in ("h100", "h200", "gpu", "nvidia")) for h in solution_hw)
-
+    kinds, _ = spec.device_kinds()
+    return ("cuda" if device.startswith("cuda") else "cpu") in kinds

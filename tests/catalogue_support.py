@@ -14,7 +14,7 @@ from worker.sandbox import Sandbox
 
 
 def cpu_solutions(problem: Problem) -> dict[str, Solution]:
-    return {n: s for n, s in sorted(problem.example_solutions().items()) if runs_on(s.spec.target_hardware, "cpu")}
+    return {n: s for n, s in sorted(problem.example_solutions().items()) if runs_on(s.spec, "cpu")}
 
 
 def solution_ids(problems: list[str]) -> list[tuple[str, str]]:

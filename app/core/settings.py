@@ -22,7 +22,10 @@ class Settings(BaseSettings):
     db_pool_size: int = 10
 
     # queues: one worker per GPU listens on gpu, CPU-profile audits go to cpu
-    device: str = "cpu"
+    device: str = Field(default="cpu", description="this worker's device; also the API's default for solutions that name no hardware")
+    audit_devices: str | None = Field(
+        default=None, description="comma-separated devices this deployment has workers for, e.g. 'cpu,cuda' (default: device)"
+    )
     queue_prefix: str = ""
     audit_stages: str | None = Field(default=None, description="comma-separated stages to run (default: all)")
     catalogue_root: Path | None = None
@@ -71,7 +74,16 @@ class Settings(BaseSettings):
 
     @property
     def audit_queue(self) -> str:
-        return self.queue_prefix + ("gpu" if self.device.startswith("cuda") else "cpu")
+        return self.queue_for(self.device)
+
+    def queue_for(self, device: str) -> str:
+        return self.queue_prefix + ("gpu" if device.startswith("cuda") else "cpu")
+
+    @property
+    def devices(self) -> list[str]:
+        """Devices audits can be routed to: audit_devices, else this process's own device."""
+        named = [d.strip() for d in (self.audit_devices or "").split(",") if d.strip()]
+        return list(dict.fromkeys(named)) if named else [self.device]
 
     @property
     def visibility_timeout_s(self) -> int:

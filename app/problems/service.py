@@ -40,8 +40,11 @@ def sync_catalogue(session: Session, catalogue, settings: Settings) -> tuple[Syn
 
 
 def reaudit(session: Session, sub: Submission, problem_hash: str, settings: Settings, reason: str) -> Audit:
+    # the device the submission was routed to at intake, not the device of whoever asks for the re-audit
+    last = audits.latest_audit(session, sub.id)
+    device = last.device if last is not None else settings.device
     return audits.new_audit(session, sub, problem_hash=problem_hash, attempt=audits.next_attempt(session, sub.id), reason=reason,
-                            stages=settings.audit_stages, device=settings.device, queue=settings.audit_queue)
+                            stages=settings.audit_stages, device=device, queue=settings.queue_for(device))
 
 
 def _summary(row: Problem) -> dict[str, object]:

@@ -11,6 +11,7 @@ from starlette.datastructures import UploadFile
 from app.auth.dependencies import Principal, get_principal, get_session, require_admin
 from app.submissions import repository, service
 from app.submissions.parsing import InvalidSubmission, solution_from_json, solution_from_upload
+from app.submissions.routing import NoDeviceForSolution, choose_device
 from app.submissions.schemas import FieldError, InvalidSolution, SubmissionAccepted, SubmissionStatus
 
 router = APIRouter(prefix="/v1/submissions", tags=["submissions"])
@@ -78,14 +79,18 @@ async def submit(
                                                   str(form.get("entry_function") or "run"), dps)
         else:
             raise HTTPException(415, "send application/json (solution.json) or multipart/form-data (a .py file and definition)")
+        device = choose_device(solution, request.app.state.settings)
     except InvalidSubmission as err:
         return _invalid(err.errors)
+    except NoDeviceForSolution as err:
+        return _invalid([FieldError(field="spec.target_hardware", reason=str(err))])
     from starlette.concurrency import run_in_threadpool
 
-    return await run_in_threadpool(_store, request, principal, solution.definition, solution.name, data, idempotency_key)
+    return await run_in_threadpool(_store, request, principal, solution.definition, solution.name, data, idempotency_key, device)
 
 
-def _store(request: Request, principal: Principal, definition: str, name: str, data: dict, idem: str | None) -> Response:  # type: ignore[type-arg]
+def _store(request: Request, principal: Principal, definition: str, name: str, data: dict, idem: str | None,  # type: ignore[type-arg]
+           device: str) -> Response:
     state = request.app.state
     with state.sessions() as session:
         known = state.problems.get(session)
@@ -93,7 +98,8 @@ def _store(request: Request, principal: Principal, definition: str, name: str, d
             raise HTTPException(404, f"unknown definition '{definition}'; known: {', '.join(sorted(known))}")
         try:
             acc = service.submit(session, state.queue, state.settings, principal, problem_name=definition,
-                                 problem_hash=known[definition], solution_name=name, data=data, idempotency_key=idem)
+                                 problem_hash=known[definition], solution_name=name, data=data, idempotency_key=idem,
+                                 device=device)
         except service.IdempotencyConflict as err:
             raise HTTPException(409, str(err)) from err
         return _accepted(request, acc)

@@ -66,7 +66,9 @@ def _replay(session: Session, existing: Submission, digest: str) -> Accepted:
 
 
 def submit(session: Session, queue: AuditQueue, settings: Settings, principal: Principal, *, problem_name: str, problem_hash: str,
-           solution_name: str, data: dict[str, Any], idempotency_key: str | None) -> Accepted:
+           solution_name: str, data: dict[str, Any], idempotency_key: str | None, device: str | None = None) -> Accepted:
+    device = device or settings.device
+    queue_name = settings.queue_for(device)
     digest = source_hash(data)
     if idempotency_key:
         existing = repository.by_idempotency_key(session, principal.key_id, idempotency_key)
@@ -79,7 +81,7 @@ def submit(session: Session, queue: AuditQueue, settings: Settings, principal: P
         sub_row = dict(id=sub_id, problem_name=problem_name, api_key_id=principal.key_id, submitter=principal.submitter,
                        solution_name=solution_name, source=data, source_hash=digest, idempotency_key=idempotency_key, created_at=now)
         audit_row = dict(id=audit_id, submission_id=sub_id, attempt=1, status="queued", reason="submitted", problem_hash=problem_hash,
-                         seed=secrets.randbits(62), stages=settings.audit_stages, device=settings.device, queue=settings.audit_queue,
+                         seed=secrets.randbits(62), stages=settings.audit_stages, device=device, queue=queue_name,
                          enqueued_at=now, claims=0, created_at=now)
         if conn.dialect.name == "postgresql":  # one round trip: both rows and the queue position
             ahead = conn.exec_driver_sql(_PG_SUBMIT, {**{f"s_{k}": v for k, v in sub_row.items()}, "s_source": json.dumps(data),
@@ -87,7 +89,7 @@ def submit(session: Session, queue: AuditQueue, settings: Settings, principal: P
         else:
             conn.execute(_INSERT_SUBMISSION, sub_row)
             conn.execute(_INSERT_AUDIT, audit_row)
-            ahead = conn.execute(_QUEUED_AHEAD, dict(queue=settings.audit_queue, now=now)).scalar()
+            ahead = conn.execute(_QUEUED_AHEAD, dict(queue=queue_name, now=now)).scalar()
         session.commit()
     except IntegrityError:
         session.rollback()
@@ -95,7 +97,7 @@ def submit(session: Session, queue: AuditQueue, settings: Settings, principal: P
         if existing is None:
             raise
         return _replay(session, existing, digest)
-    queue.send(audit_id, settings.audit_queue)  # after the commit: a worker never sees an audit that is not in the database
+    queue.send(audit_id, queue_name)  # after the commit: a worker never sees an audit that is not in the database
     return Accepted(sub_id, audit_id, "queued", False, int(ahead or 0) + 1)
 
 

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import func, select
-from svc_support import bootstrap, example
+from svc_support import bootstrap, drop_queue, example
 
 from app.auth.keys import create_api_key
 from app.core.settings import Settings
@@ -163,6 +163,33 @@ def test_reaudit_is_admin_only_and_makes_a_new_attempt(api) -> None:  # type: ig
     with client.app.state.sessions() as sess:  # type: ignore[attr-defined]
         seeds = list(sess.scalars(select(Audit.seed).where(Audit.submission_id == sid)))
     assert len(seeds) == 2 and seeds[0] != seeds[1]
+
+
+def test_submissions_are_routed_by_target_hardware(api) -> None:  # type: ignore[no-untyped-def]
+    client, keys, settings = api
+    gpu_only = example("triton_bf16_atomic")
+    assert gpu_only["spec"]["target_hardware"] == ["cuda"]
+    # a CPU-only deployment refuses a GPU-only kernel up front, naming the field, and stores nothing
+    r = client.post("/v1/submissions", json=gpu_only, headers=auth(keys["alice"]))
+    assert r.status_code == 422, r.text
+    err = r.json()["errors"][0]
+    assert err["field"] == "spec.target_hardware" and "audits on cpu only" in err["reason"]
+    with client.app.state.sessions() as s:  # type: ignore[attr-defined]
+        assert s.scalar(select(func.count()).select_from(Submission)) == 0
+    # a deployment with GPU workers queues it for them; a portable kernel goes there too
+    both = settings.model_copy(update={"audit_devices": "cpu,cuda"})
+    try:
+        with TestClient(create_app(both)) as gpu_client:
+            sid = gpu_client.post("/v1/submissions", json=gpu_only, headers=auth(keys["alice"])).json()["id"]
+            portable = gpu_client.post("/v1/submissions", json=example("triton_fp32"), headers=auth(keys["alice"])).json()["id"]
+            assert gpu_client.post(f"/v1/submissions/{sid}/reaudit", headers=auth(keys["admin"])).status_code == 202
+            with gpu_client.app.state.sessions() as s:  # type: ignore[attr-defined]
+                routed = {(a.submission_id, a.attempt): (a.device, a.queue) for a in s.scalars(select(Audit))}
+    finally:
+        if not settings.is_sqlite:
+            drop_queue(both.queue_for("cuda"))
+    gpu = ("cuda", settings.queue_prefix + "gpu")
+    assert routed == {(sid, 1): gpu, (sid, 2): gpu, (portable, 1): gpu}  # the re-audit keeps the routed device
 
 
 def test_admin_creates_keys(api) -> None:  # type: ignore[no-untyped-def]

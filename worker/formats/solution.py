@@ -8,6 +8,9 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 MAX_SOURCE_BYTES = 1024 * 1024
+# target_hardware names -> the kind of device kernel-audit runs them on
+_GPU_NAMES = ("cuda", "gpu", "nvidia", "h100", "h200", "h800", "b100", "b200", "gb200", "a100", "a10", "l4", "l40", "rtx", "sm_", "sm8", "sm9")
+DeviceKind = Literal["cpu", "cuda"]
 
 
 class SourceFile(BaseModel):
@@ -40,6 +43,20 @@ class SolutionSpec(BaseModel):
         if v.count("::") != 1 or not all(v.split("::")):
             raise ValueError("must look like 'file.py::function'")
         return v
+
+    def device_kinds(self) -> tuple[set[DeviceKind], list[str]]:
+        """The device kinds target_hardware names, and the names that match none."""
+        kinds: set[DeviceKind] = set()
+        unknown: list[str] = []
+        for name in self.target_hardware:
+            n = name.strip().lower()
+            if "cpu" in n or n in ("x86", "x86_64", "arm64", "aarch64"):
+                kinds.add("cpu")
+            elif n.startswith(_GPU_NAMES) or "cuda" in n or "gpu" in n:
+                kinds.add("cuda")
+            else:
+                unknown.append(name)
+        return kinds, unknown
 
     @property
     def entry_file(self) -> str:
