@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import AliasChoices, Field
+from pydantic import AliasChoices, Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -45,6 +45,18 @@ class Settings(BaseSettings):
     rate_limit_storage_url: str | None = Field(default=None, description="memory:// or redis://; default: REDIS_URL, else memory")
     key_cache_s: float = Field(default=10.0, description="a revoked API key stops working within this many seconds")
     leaderboard_cache_s: float = Field(default=2.0, description="leaderboards are served from a per-process cache this fresh")
+
+    @model_validator(mode="after")
+    def _soft_limit_below_hard(self) -> "Settings":
+        # Celery's prefork pool arms the hard limit only when the soft one fires: with soft >= hard
+        # the hard limit is never enforced (measured with Celery 5.7.0: a 15 s task ran to the end
+        # under time_limit=3, soft_time_limit=100, and was SIGKILLed at 3 s without the soft limit)
+        if self.soft_time_limit_s >= self.hard_time_limit_s:
+            raise ValueError(
+                f"KAUDIT_SOFT_TIME_LIMIT_S ({self.soft_time_limit_s}) must be below KAUDIT_HARD_TIME_LIMIT_S "
+                f"({self.hard_time_limit_s}): Celery enforces the hard limit only after the soft one"
+            )
+        return self
 
     @property
     def sqlalchemy_url(self) -> str:
