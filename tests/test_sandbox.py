@@ -153,3 +153,28 @@ def test_outputs_are_poisoned_and_returned_as_plain_tensors() -> None:
     (out,) = rep["outputs"]
     assert out.dtype == torch.bfloat16 and torch.isnan(out).all()
     assert rep["exact_tensor_types"] == [True]
+
+
+class _Interrupt(Exception):
+    """Stands for Celery's SoftTimeLimitExceeded, raised by a signal handler in the middle of a request."""
+
+
+def test_an_interrupt_mid_request_propagates_and_kills_the_child() -> None:
+    sb = Sandbox("cpu", interrupts=(_Interrupt,))
+    sb.start()
+    sb.load(_solution("import time\ndef run(x):\n    time.sleep(600)\n", dps=False))
+    assert sb._proc is not None
+    pid = sb._proc.pid
+
+    def interrupt(*_: object) -> None:
+        raise _Interrupt()
+
+    old = signal.signal(signal.SIGALRM, interrupt)
+    signal.alarm(1)
+    try:
+        with pytest.raises(_Interrupt):  # not converted into a SandboxCrash or a timeout
+            sb.request("call", {"args": [torch.zeros(1)], "outputs": [], "poison": None}, timeout_s=60)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+    assert not sb.alive and _zombie(pid)

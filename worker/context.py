@@ -28,6 +28,8 @@ class AuditContext:
     seed: int = field(default_factory=lambda: secrets.randbits(62))
     progress: Progress = _quiet
     results: dict[str, StageResult] = field(default_factory=dict)
+    # exceptions that stop the whole audit (a Celery time limit) rather than fail one stage
+    interrupts: tuple[type[BaseException], ...] = ()
     _sandbox: Sandbox | None = None
 
     @property
@@ -41,7 +43,7 @@ class AuditContext:
     def sandbox(self) -> Sandbox:
         """The submission's child process, started (or restarted after a crash) with the solution loaded."""
         if self._sandbox is None:
-            self._sandbox = Sandbox(self.device)
+            self._sandbox = Sandbox(self.device, interrupts=self.interrupts)
         self._sandbox.ensure(self.solution)
         return self._sandbox
 

@@ -51,6 +51,8 @@ def run_stage(name: str, ctx: AuditContext) -> StageResult:
             evidence={"log": err.log[-2000:]},
         )
     except Exception as err:  # noqa: BLE001 - a stage bug is an error verdict, not a crash of the audit
+        if isinstance(err, ctx.interrupts):
+            raise
         result = StageResult(name=name, status=StageStatus.error, summary=f"internal error in {name}: {type(err).__name__}: {err}")
     result.duration_s = round(time.perf_counter() - t0, 3)
     return result
@@ -66,10 +68,16 @@ def run_audit(
     progress: Progress | None = None,
     on_stage: OnStage | None = None,
     skip: Iterable[str] = (),
+    interrupts: tuple[type[BaseException], ...] = (),
 ) -> AuditReport:
-    """Run the chosen stages; `skip` names stages already finished elsewhere (resumed audits)."""
+    """Run the chosen stages; `skip` names stages already finished elsewhere (resumed audits).
+
+    An exception of a type in `interrupts` (a Celery soft time limit) stops the audit and propagates,
+    with the sandbox killed, instead of being recorded as the running stage's error.
+    """
     chosen = parse_stages(stages)
-    ctx = AuditContext(problem=problem, solution=solution, device=device, progress=progress or (lambda _: None))
+    ctx = AuditContext(problem=problem, solution=solution, device=device, progress=progress or (lambda _: None),
+                       interrupts=tuple(interrupts))
     if seed is not None:
         ctx.seed = seed
     done_elsewhere = set(skip)

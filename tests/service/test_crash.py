@@ -15,6 +15,7 @@ from svc_support import (
     example,
     kill_tree,
     restart_redis,
+    sandbox_children_under,
     slow_import_solution,
     start_api,
     start_worker,
@@ -163,3 +164,29 @@ def test_resumed_audit_keeps_stages_stored_before_the_crash(service_settings: Se
     assert rows[0].summary == "from the dead worker" and rows[0].worker == "dead-worker"
     assert {r.worker for r in rows[1:]} != {"dead-worker"} and audit.claims == 2
     local.get().engine.dispose()
+
+
+def test_celery_soft_time_limit_ends_the_audit_timed_out_and_kills_the_sandbox(service_settings: Settings, tmp_path: Path) -> None:
+    """A real Celery worker: the soft limit interrupts the audit while the submission's import sleeps in its sandbox;
+    the audit ends timed_out (not re-run, not error) and the sandbox child is gone."""
+    settings = Settings.model_validate({**service_settings.model_dump(), "soft_time_limit_s": 4, "hard_time_limit_s": 30})
+    keys = bootstrap(settings)
+    h = {"Authorization": f"Bearer {keys['alice']}"}
+    api, url = start_api(settings, tmp_path / "api.log")
+    sandboxes = tmp_path / "tmp"
+    sandboxes.mkdir()
+    worker = start_worker(settings, tmp_path / "w.log", "soft", TMPDIR=str(sandboxes))
+    try:
+        marker = tmp_path / f"imported-{uuid.uuid4().hex}"
+        sid = httpx.post(f"{url}/v1/submissions", json=slow_import_solution(marker, 60), headers=h, timeout=10).json()["id"]
+        wait_for(marker.exists, 90, "the audit never started", worker)
+        assert sandbox_children_under(sandboxes), "the submission should be sleeping in its sandbox"
+        final = wait_for(lambda: (s := _status(url, keys["alice"], sid))["status"] not in ("queued", "running") and s, 60,
+                         "the audit never ended", worker)
+        assert final["status"] == "timed_out" and "ran past its 4 s limit" in final["summary"], final
+        wait_for(lambda: sandbox_children_under(sandboxes) == [], 10, "the sandbox child outlived the timed-out audit", worker)
+        with _db(settings)() as s:
+            assert s.scalar(select(Audit.claims).where(Audit.submission_id == sid)) == 1  # ended, not re-queued
+    finally:
+        kill_tree(worker)
+        api.kill()

@@ -83,8 +83,11 @@ def _limit_resources() -> None:  # runs in the child before exec
 class Sandbox:
     """One child process per audit; `request` sends an op and waits for its reply."""
 
-    def __init__(self, device: str = "cpu", *, default_timeout_s: float = 300.0, start_timeout_s: float = 120.0) -> None:
+    def __init__(self, device: str = "cpu", *, default_timeout_s: float = 300.0, start_timeout_s: float = 120.0,
+                 interrupts: tuple[type[BaseException], ...] = ()) -> None:
         self.device = device
+        # raised into a request from outside (a Celery time limit): the child is killed and the exception goes on
+        self.interrupts = interrupts
         self.default_timeout_s = default_timeout_s
         self.start_timeout_s = start_timeout_s
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
@@ -176,6 +179,9 @@ class Sandbox:
         payload, written = spill.spill_message(self._spill_dir, payload, nonce)
         try:
             return self._exchange(op, nonce, payload, timeout)
+        except self.interrupts:  # mid-request the stream is out of step: the child cannot be reused
+            self.close()
+            raise
         finally:
             for path in written:
                 path.unlink(missing_ok=True)
@@ -205,6 +211,9 @@ class Sandbox:
             self.close()
             raise SandboxCrash(f"the submission's process died during '{op}' (exit code {code})", log) from err
         except Exception as err:  # a frame that is not safe tensors-and-data: treat as hostile
+            if isinstance(err, self.interrupts):
+                self.close()
+                raise
             log = self.log_tail()
             self.close()
             raise SandboxCrash(f"the submission's process sent an unreadable reply to '{op}': {err}", log) from err

@@ -103,7 +103,7 @@ def _run_claimed(res, audit, submission, stored, hb, store, finish, deadline) ->
         from worker.engine import run_audit
 
         run_audit(problem, solution, device=audit.device, stages=audit.stages or settings.audit_stages,
-                  seed=audit.seed, on_stage=on_stage, skip=list(results))
+                  seed=audit.seed, on_stage=on_stage, skip=list(results), interrupts=(SoftTimeLimitExceeded,))
     else:  # resumed after intake failed: the rest never runs
         from worker.engine import DEFAULT_STAGES
 
