@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.proc_support import sandbox_children_under
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -20,20 +22,6 @@ def _run(*args: str, out: Path, tmp: Path, timeout: float = 240) -> subprocess.C
         env={**os.environ, "PYTHONPATH": str(ROOT), "TRITON_INTERPRET": "1", "TMPDIR": str(tmp)},
     )
 
-
-def _sandbox_children_under(folder: Path) -> list[int]:
-    found = []
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            cmd = Path(f"/proc/{d}/cmdline").read_bytes()
-            cwd = os.readlink(f"/proc/{d}/cwd")
-        except OSError:
-            continue
-        if b"worker.sandbox.child" in cmd and cwd.startswith(str(folder)):
-            found.append(int(d))
-    return found
 
 
 def test_parallel_audits_match_expectations_and_keep_input_order(tmp_path: Path) -> None:
@@ -57,4 +45,4 @@ def test_time_budget_stops_running_audits_and_their_sandboxes(tmp_path: Path) ->
     assert "time budget of 4 s reached" in done.stdout
     meta = json.loads(out.read_text())["meta"]
     assert meta["planned"] == 2 and meta["n"] < 2
-    assert _sandbox_children_under(tmp_path / "tmp") == [], "a stopped audit left its sandbox child running"
+    assert sandbox_children_under(tmp_path / "tmp") == [], "a stopped audit left its sandbox child running"

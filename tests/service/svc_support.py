@@ -141,22 +141,6 @@ def start_worker(settings: Settings, log: Path, name: str = "w", **env: str) -> 
     return Proc(argv, env_for(settings, **env), log)
 
 
-def sandbox_children_under(folder: Path) -> list[int]:
-    """Live sandbox child processes whose folder is under `folder` (sandboxes are made under TMPDIR)."""
-    found = []
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            cmd = Path(f"/proc/{d}/cmdline").read_bytes()
-            cwd = os.readlink(f"/proc/{d}/cwd")
-            state = Path(f"/proc/{d}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if b"worker.sandbox.child" in cmd and cwd.startswith(str(folder)) and state not in ("Z", "X"):
-            found.append(int(d))
-    return found
-
 
 def start_api(settings: Settings, log: Path) -> tuple[Proc, str]:
     port = free_port()

@@ -15,7 +15,6 @@ from svc_support import (
     example,
     kill_tree,
     restart_redis,
-    sandbox_children_under,
     slow_import_solution,
     start_api,
     start_worker,
@@ -23,6 +22,7 @@ from svc_support import (
 )
 
 from app.audits import repository
+from tests.proc_support import sandbox_children_under
 from app.core.db import make_engine, make_sessionmaker
 from app.core.settings import Settings
 from app.models import Audit, StageResultRow, Submission
