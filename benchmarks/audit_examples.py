@@ -15,7 +15,6 @@ import json
 import os
 import platform
 import secrets
-import signal
 import sys
 import time
 from pathlib import Path
@@ -39,10 +38,6 @@ def device_name(device: str) -> str:
 
 def audit_row(problem_name: str, sname: str, device: str, stages: tuple[str, ...]) -> dict[str, Any]:
     """Audit one example solution and compare each stage with benchmarks/expectations.py."""
-    # SIGTERM (the time budget) unwinds the audit, so its sandbox child (own session) is killed too
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    if device == "cpu":
-        os.environ.setdefault("TRITON_INTERPRET", "1")
     problem = load_catalogue().get(problem_name)
     sol = problem.example_solutions()[sname]
     t0 = time.perf_counter()

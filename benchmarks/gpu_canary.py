@@ -16,7 +16,6 @@ import datetime as dt
 import json
 import math
 import secrets
-import signal
 import sys
 import time
 from pathlib import Path
@@ -102,8 +101,8 @@ def _fmt(x: Any) -> str:
 
 
 def audit_job(problem: str, sol: str, expected: str, kind: str, device: str) -> dict[str, Any]:
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a stopped job still kills its sandbox child
-    if problem not in load_catalogue() or sol not in load_catalogue().get(problem).example_solutions():
+    cat = load_catalogue()
+    if problem not in cat or sol not in cat.get(problem).example_solutions():
         return {"problem": problem, "solution": sol, "expected": expected, "kind": kind, "status": "missing"}
     r = audit_one(problem, sol, secrets.randbits(62), device)
     r.update(expected=expected, kind=kind)
@@ -171,9 +170,11 @@ def main() -> None:
         else:
             print(f"[{time.perf_counter() - started:6.1f}s] {r['problem']}/{r['solution']} ({r['kind']}): {r['status']} "
                   f"in {r['seconds']}s: {r['summary']}", flush=True)
+        write()
+
+    def write() -> None:
         summary = summarise(rows, len(todo), args.jobs, started)
-        with open(args.out, "w") as f:
-            json.dump({"summary": summary, "audits": rows}, f, indent=1, default=str)
+        Path(args.out).write_text(json.dumps({"summary": summary, "audits": rows}, indent=1, default=str))
 
     run_jobs(audit_job, [(p, s, e, k, args.device) for p, s, e, k in todo], workers=args.jobs,
              budget_s=args.budget_s, on_result=record)
@@ -181,8 +182,7 @@ def main() -> None:
     print_table(rows)
     print()
     print(json.dumps(summarise(rows, len(todo), args.jobs, started)))
-    if not rows:
-        Path(args.out).write_text(json.dumps({"summary": summarise(rows, len(todo), args.jobs, started), "audits": []}))
+    write()
 
 
 if __name__ == "__main__":

@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch  # noqa: E402
 
-from benchmarks.gpu_timing_vs_do_bench import _do_bench, _import_solution  # noqa: E402
+from benchmarks.gpu_timing_vs_do_bench import do_bench_median, import_solution  # noqa: E402
 from worker.catalogue import load_catalogue  # noqa: E402
 from worker.formats.dtypes import to_torch  # noqa: E402
 from worker.inputs import build_case  # noqa: E402
@@ -99,7 +99,7 @@ def main() -> int:
         rows: list[dict[str, Any]] = []
         # the parent has no CUDA context yet at the first sandbox timing of the first solution
         with tempfile.TemporaryDirectory(prefix="kaudit-gap-") as tmp:
-            fn = _import_solution(solution, Path(tmp))
+            fn = import_solution(solution, Path(tmp))
             for r in range(ns.rounds):
                 rows.append({"round": r, **_row("sandbox_scrubbed_env", sandbox_time(solution, args, specs, "scrubbed"))})
                 rows.append({"round": r, **_row("sandbox_full_env", sandbox_time(solution, args, specs, "full"))})
@@ -109,7 +109,7 @@ def main() -> int:
                 call()
                 torch.cuda.synchronize()
                 rows.append({"round": r, **_row("parent", time_trusted(call, "cuda", GPU_TIMING))})
-                rows.append({"round": r, "how": "do_bench", "device_ms": _do_bench(call)})
+                rows.append({"round": r, "how": "do_bench", "device_ms": do_bench_median(call)})
                 for row in rows[-4:]:
                     host = f", host {row['host_ms']:.3f} ms" if row.get("host_ms") is not None else ""
                     print(f"{name:22s} round {r} {row['how']:22s} {row['device_ms']:.4f} ms{host}", flush=True)

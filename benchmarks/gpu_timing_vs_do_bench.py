@@ -42,7 +42,7 @@ from worker.sandbox import Sandbox  # noqa: E402
 from worker.stages.benchmark import GPU_TIMING, TimingSample, time_trusted, timing_workload, to_device  # noqa: E402
 
 
-def _import_solution(solution: Solution, folder: Path) -> Callable[..., Any]:
+def import_solution(solution: Solution, folder: Path) -> Callable[..., Any]:
     """Import the solution here (Triton needs its source on disk for triton.jit)."""
     for src in solution.sources:
         target = folder / src.path
@@ -62,7 +62,7 @@ def _pct(ms: float, ref_ms: float) -> float:
     return (ms - ref_ms) / ref_ms * 100.0
 
 
-def _do_bench(fn: Callable[[], object]) -> float:
+def do_bench_median(fn: Callable[[], object]) -> float:
     import triton.testing
 
     return float(triton.testing.do_bench(fn, return_mode="median"))
@@ -92,7 +92,7 @@ def measure(problem: Problem, sol_name: str, solution: Solution, device: str) ->
     row["tampered"] = reply.get("tampered", [])
 
     with tempfile.TemporaryDirectory(prefix="kaudit-timing-") as tmp:
-        fn = _import_solution(solution, Path(tmp))
+        fn = import_solution(solution, Path(tmp))
         dev_args = to_device(args, device)
         outs = [torch.empty(tuple(s["shape"]), dtype=to_torch(s["dtype"]), device=device) for s in specs]
         if solution.spec.destination_passing_style:
@@ -104,13 +104,13 @@ def measure(problem: Problem, sol_name: str, solution: Solution, device: str) ->
         trusted = time_trusted(call, device, GPU_TIMING)
         row["trusted_ms"] = trusted.median_ms
         row["trusted_host_ms"] = trusted.host_median_ms
-        row["do_bench_ms"] = _do_bench(call)
+        row["do_bench_ms"] = do_bench_median(call)
 
     ref_args = to_device(args, device)
     ref_call = lambda: reference.run_fn(*ref_args)  # noqa: E731
     with torch.no_grad():
         row["reference_trusted_ms"] = time_trusted(ref_call, device, GPU_TIMING).median_ms
-        row["reference_do_bench_ms"] = _do_bench(ref_call)
+        row["reference_do_bench_ms"] = do_bench_median(ref_call)
 
     row["sandbox_vs_do_bench_pct"] = _pct(row["sandbox_ms"], row["do_bench_ms"])
     row["trusted_vs_do_bench_pct"] = _pct(row["trusted_ms"], row["do_bench_ms"])

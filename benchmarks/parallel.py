@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import multiprocessing
+import signal
+import sys
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -25,7 +27,8 @@ def run_jobs(
     and the rest never start; returns how many jobs did not finish.
     """
     done, stopped = 0, False
-    pool = ProcessPoolExecutor(max_workers=max(1, workers), mp_context=multiprocessing.get_context("spawn"))
+    pool = ProcessPoolExecutor(max_workers=max(1, workers), mp_context=multiprocessing.get_context("spawn"),
+                               initializer=_exit_on_sigterm)
     futures = [pool.submit(fn, *job) for job in jobs]
     try:
         for fut in as_completed(futures, timeout=None if budget_s == float("inf") else budget_s):
@@ -40,6 +43,11 @@ def run_jobs(
     finally:
         pool.shutdown(wait=not stopped, cancel_futures=True)
     return len(jobs) - done
+
+
+def _exit_on_sigterm() -> None:
+    # SIGTERM unwinds the running audit, whose cleanup kills its sandbox child
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 
 
 def stop_workers(pool: ProcessPoolExecutor, grace_s: float = 5.0) -> None:

@@ -182,8 +182,7 @@ def op_time(state: HarnessState, payload: dict[str, Any]) -> dict[str, Any]:
         torch.cuda.synchronize(state.device)
         elapsed = state.pristine["torch.cuda.Event.elapsed_time"]
         times = [float(elapsed(s, e)) for s, e in zip(starts, ends)]  # type: ignore[operator]
-        clock = "cuda_events"
-        return {"ok": True, "times_ms": times, "host_times_ms": host, "clock": clock, "tampered": state.tampered()}
+        return {"ok": True, "times_ms": times, "host_times_ms": host, "clock": "cuda_events", "tampered": state.tampered()}
     else:
         for _ in range(warmup):
             _invoke(state, args, outs)
@@ -191,8 +190,7 @@ def op_time(state: HarnessState, payload: dict[str, Any]) -> dict[str, Any]:
             t0 = state.perf_counter()
             _invoke(state, args, outs)
             times.append((state.perf_counter() - t0) * 1e3)
-        clock = "wall_clock_cpu"
-    return {"ok": True, "times_ms": times, "clock": clock, "tampered": state.tampered()}
+        return {"ok": True, "times_ms": times, "clock": "wall_clock_cpu", "tampered": state.tampered()}
 
 
 BUILTIN_OPS: dict[str, Callable[[HarnessState, dict[str, Any]], dict[str, Any]]] = {

@@ -38,6 +38,10 @@ class SpillError(ValueError):
     """A descriptor or spill file that does not describe what it claims."""
 
 
+def _dtype_name(t: torch.Tensor) -> str:
+    return str(t.dtype).removeprefix("torch.")
+
+
 def _bytes_of(t: torch.Tensor) -> memoryview:
     flat = t.detach().contiguous().reshape(-1)
     return memoryview(flat.view(torch.uint8).numpy()) if flat.numel() else memoryview(b"")
@@ -45,7 +49,7 @@ def _bytes_of(t: torch.Tensor) -> memoryview:
 
 def write(folder: Path, name: str, t: torch.Tensor) -> dict[str, Any]:
     """Write a CPU tensor's bytes to folder/name and return its descriptor."""
-    dtype = str(t.dtype).removeprefix("torch.")
+    dtype = _dtype_name(t)
     if dtype not in _DTYPES:
         raise SpillError(f"cannot spill a {t.dtype} tensor")
     with open(folder / name, "wb") as f:
@@ -113,8 +117,7 @@ def spill_message(folder: Path, message: dict[str, Any], tag: str) -> tuple[dict
             continue
         new = []
         for i, v in enumerate(values):
-            if isinstance(v, torch.Tensor) and v.device.type == "cpu" and v.nbytes >= SPILL_BYTES \
-                    and str(v.dtype).removeprefix("torch.") in _DTYPES:
+            if isinstance(v, torch.Tensor) and v.device.type == "cpu" and v.nbytes >= SPILL_BYTES and _dtype_name(v) in _DTYPES:
                 name = f"{key.replace('_', '')}-{tag}-{i}.bin"
                 new.append(write(folder, name, v))
                 written.append(folder / name)
