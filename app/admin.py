@@ -17,8 +17,8 @@ from app.problems.service import sync_catalogue
 
 
 def init(settings: Settings) -> None:
+    from app.jobs.celery import make_celery
     from worker.catalogue import DEFAULT_ROOT, load_catalogue
-    from worker.tasks.factory import make_celery
 
     migrate.upgrade(settings)
     engine = make_engine(settings)

@@ -34,7 +34,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     app = FastAPI(title="kernel-audit", version="0.1.0", lifespan=lifespan,
                   description="Audits GPU kernel submissions (SOL-ExecBench formats) for what the benchmark's verifier misses.")
-    from worker.tasks.factory import make_celery
+    from app.jobs.celery import make_celery
 
     app.state.settings = settings
     app.state.engine = engine

@@ -31,8 +31,8 @@ def embedded_settings(data_dir: Path, *, device: str = "cpu", stages: str | None
 
 def prepare(settings: Settings, new_admin_key: bool = False) -> tuple[str | None, list[str]]:
     """Migrate, sync the catalogue (re-auditing changed problems), and make an admin key if there is none."""
+    from app.jobs.celery import make_celery
     from worker.catalogue import DEFAULT_ROOT, load_catalogue
-    from worker.tasks.factory import make_celery
 
     migrate.upgrade(settings)
     engine = make_engine(settings)
@@ -53,7 +53,7 @@ def prepare(settings: Settings, new_admin_key: bool = False) -> tuple[str | None
 
 
 def start_worker(settings: Settings, log: Path) -> subprocess.Popen[bytes]:
-    argv = [sys.executable, "-m", "celery", "-A", "worker.tasks.celery_app", "worker", "-Q", settings.audit_queue,
+    argv = [sys.executable, "-m", "celery", "-A", "app.jobs.worker", "worker", "-Q", settings.audit_queue,
             "--concurrency", "1", "--pool", "prefork", "-n", "kaudit-embedded@%h", "--loglevel", "INFO",
             "--without-gossip", "--without-mingle", "--without-heartbeat"]
     fh = open(log, "ab")  # noqa: SIM115 - owned by the child for its lifetime

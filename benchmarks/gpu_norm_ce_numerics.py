@@ -1,14 +1,21 @@
 """GPU numbers for rmsnorm_forward, rmsnorm_backward, cross_entropy: probes at GPU axes, the benchmark judgement on GPU workloads, timings. Writes $OUT/gpu_*.json."""
-import importlib.util, json, os, sys, tempfile, time
+import importlib.util
+import json
+import os
+import sys
+import tempfile
+import time
 from pathlib import Path
+
 import torch
+
 from worker.catalogue import load_catalogue
-from worker.formats.dtypes import to_torch
 from worker.inputs import build_case
+from worker.numerics.dtypes import to_torch
+from worker.numerics.error_metrics import measure_output
+from worker.numerics.tolerance import compare_output
 from worker.probes.distributions import build_probe_case
-from worker.probes.errors import measure_output
 from worker.reference import Reference
-from worker.stages.compare import compare_output
 
 dev = "cuda"
 cat = load_catalogue()

@@ -1,5 +1,9 @@
 """GPU check of the probes stage (profile gpu). Usage: python benchmarks/gpu_probes_stage.py PROBLEM:SOLUTION ... ; writes $OUT/gpu_probes.json."""
-import json, os, sys, time
+import json
+import os
+import sys
+import time
+
 sys.path.insert(0, os.getcwd())
 from worker.catalogue import load_catalogue
 from worker.context import AuditContext

@@ -33,13 +33,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch  # noqa: E402
 
-from benchmarks.gpu_timing_vs_do_bench import do_bench_median, import_solution  # noqa: E402
+from benchmarks.gpu_timing_vs_do_bench import (  # noqa: E402
+    do_bench_median,
+    import_solution,
+)
 from worker.catalogue import load_catalogue  # noqa: E402
-from worker.formats.dtypes import to_torch  # noqa: E402
 from worker.inputs import build_case  # noqa: E402
+from worker.numerics.dtypes import to_torch  # noqa: E402
+from worker.numerics.timing import GPU_TIMING, TimingSample, time_trusted  # noqa: E402
 from worker.reference import Reference  # noqa: E402
 from worker.sandbox import Sandbox, runner  # noqa: E402
-from worker.stages.benchmark import GPU_TIMING, TimingSample, time_trusted, timing_workload, to_device  # noqa: E402
+from worker.stages.benchmark import timing_workload, to_device  # noqa: E402
 
 SOLUTIONS = ("triton_bf16_partials", "triton")
 PROBLEM = "rmsnorm_backward"

@@ -6,7 +6,7 @@ timing_workload), this measures the median kernel time three ways:
 
   sandbox   the benchmark stage's own path: the child's "time" op (CUDA events,
             L2 flushed before each run, median of GPU_TIMING.reps)
-  trusted   the stage's in-parent helper (worker.stages.benchmark.time_trusted),
+  trusted   the stage's in-parent helper (worker.numerics.timing.time_trusted),
             the one the reference is timed with, on the kernel imported here
   do_bench  triton.testing.do_bench(fn, return_mode="median") on the same call
 
@@ -35,11 +35,12 @@ import torch  # noqa: E402
 
 from worker.catalogue import Problem, load_catalogue  # noqa: E402
 from worker.formats import Solution  # noqa: E402
-from worker.formats.dtypes import to_torch  # noqa: E402
 from worker.inputs import build_case  # noqa: E402
+from worker.numerics.dtypes import to_torch  # noqa: E402
+from worker.numerics.timing import GPU_TIMING, TimingSample, time_trusted  # noqa: E402
 from worker.reference import Reference  # noqa: E402
 from worker.sandbox import Sandbox  # noqa: E402
-from worker.stages.benchmark import GPU_TIMING, TimingSample, time_trusted, timing_workload, to_device  # noqa: E402
+from worker.stages.benchmark import timing_workload, to_device  # noqa: E402
 
 
 def import_solution(solution: Solution, folder: Path) -> Callable[..., Any]:

@@ -29,7 +29,7 @@ from worker.formats import (
     load_solution,
     load_workloads,
 )
-from worker.formats.errors import FormatError
+from worker.formats.exceptions import FormatError
 from worker.formats.loaders import parse_model
 from worker.problem_spec import AuditSpec
 

@@ -9,7 +9,7 @@ from typing import Any
 import torch
 
 from worker.formats import Definition, Workload
-from worker.formats.dtypes import to_torch
+from worker.numerics.dtypes import to_torch
 from worker.reference import Reference
 
 

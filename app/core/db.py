@@ -1,5 +1,5 @@
 """Engines and sessions. One engine per process: the API creates its own in create_app, each
-Celery worker process creates its own after the fork (worker.tasks.resources)."""
+Celery worker process creates its own after the fork (app.jobs.resources)."""
 
 from __future__ import annotations
 

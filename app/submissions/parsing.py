@@ -5,10 +5,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from app.submissions.schemas import FieldError
 from worker.formats import FormatError, Solution, SolutionSpec, SourceFile
 from worker.formats.loaders import parse_model
-
-from app.submissions.schemas import FieldError
 
 
 class InvalidSubmission(Exception):

@@ -10,9 +10,18 @@ from starlette.datastructures import UploadFile
 
 from app.auth.dependencies import Principal, get_principal, get_session, require_admin
 from app.submissions import repository, service
-from app.submissions.parsing import InvalidSubmission, solution_from_json, solution_from_upload
-from app.submissions.routing import NoDeviceForSolution, choose_device
-from app.submissions.schemas import FieldError, InvalidSolution, SubmissionAccepted, SubmissionStatus
+from app.submissions.devices import NoDeviceForSolution, choose_device
+from app.submissions.parsing import (
+    InvalidSubmission,
+    solution_from_json,
+    solution_from_upload,
+)
+from app.submissions.schemas import (
+    FieldError,
+    InvalidSolution,
+    SubmissionAccepted,
+    SubmissionStatus,
+)
 
 router = APIRouter(prefix="/v1/submissions", tags=["submissions"])
 _ID = re.compile(r"[0-9a-f]{32}")

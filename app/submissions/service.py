@@ -21,7 +21,6 @@ from app.models import Audit, Submission, new_id
 from app.submissions import repository
 from app.submissions.schemas import StageOut, SubmissionStatus
 
-
 _SUBMISSIONS, _AUDITS = Submission.__table__, Audit.__table__
 # built once, compiled once per dialect (SQLAlchemy caches the compiled form)
 _INSERT_SUBMISSION = insert(_SUBMISSIONS)

@@ -13,7 +13,7 @@ import torch
 from pydantic import BaseModel, ConfigDict
 
 from worker.formats import Definition
-from worker.formats.dtypes import to_torch
+from worker.numerics.dtypes import to_torch
 
 Site = Literal["embedding", "embedding_norm", "norm", "loss"]
 

@@ -13,16 +13,15 @@ import torch
 from worker.canary.binding import Kernel, OpBinding
 from worker.canary.profiles import CanaryProfile
 from worker.canary.train import train as run_training
+from worker.sandbox.harness import HarnessState, alloc_outputs, invoke
 
 
-def submission_kernel(state: Any) -> Kernel:
+def submission_kernel(state: HarnessState) -> Kernel:
     """The loaded entry point as a Kernel: destination-passing or value-returning, per the solution."""
-    from worker.sandbox.child import _alloc_outputs, _invoke
-
     def k(args: list[Any], specs: list[dict[str, Any]]) -> list[torch.Tensor]:
         dev_args = [a.to(state.device) if isinstance(a, torch.Tensor) else a for a in args]
-        outs = _alloc_outputs(state, specs, None)
-        results = _invoke(state, dev_args, outs)
+        outs = alloc_outputs(state, specs, None)
+        results = invoke(state, dev_args, outs)
         if len(results) != len(specs):
             raise ValueError(f"the kernel returned {len(results)} output(s), expected {len(specs)}")
         plain = []
@@ -38,7 +37,7 @@ def submission_kernel(state: Any) -> Kernel:
     return k
 
 
-def train(state: Any, payload: dict[str, Any]) -> dict[str, Any]:
+def train(state: HarnessState, payload: dict[str, Any]) -> dict[str, Any]:
     if payload.get("threads"):
         torch.set_num_threads(int(payload["threads"]))
     p = CanaryProfile.model_validate(payload["profile"])

@@ -9,7 +9,7 @@ from typing import TypeVar
 from pydantic import BaseModel, ValidationError
 
 from worker.formats.definition import Definition
-from worker.formats.errors import FormatError, describe_validation_error
+from worker.formats.exceptions import FormatError, describe_validation_error
 from worker.formats.solution import Solution, SolutionSpec, SourceFile
 from worker.formats.workload import Workload
 

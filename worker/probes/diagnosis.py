@@ -12,8 +12,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from worker.probes.checks import CheckResult
-from worker.probes.errors import BucketError, OutputError
+from worker.numerics.checks import CheckResult
+from worker.numerics.error_metrics import BucketError, OutputError
 from worker.probes.outcome import ProbeOutcome
 
 RANDOM_WALK_COEFF = 0.29

@@ -17,8 +17,8 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from worker.formats import Definition
-from worker.formats.dtypes import to_torch
 from worker.inputs import Case
+from worker.numerics.dtypes import to_torch
 from worker.problem_spec import InputGenerator, ProbeSpec
 from worker.text import corpus_token_ids
 

@@ -6,7 +6,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from worker.probes.errors import OutputError
+from worker.numerics.error_metrics import OutputError
 
 
 class ProbeOutcome(BaseModel):

@@ -11,7 +11,6 @@ import importlib
 import importlib.util
 import os
 import sys
-import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
@@ -19,53 +18,10 @@ from typing import Any
 
 import torch
 
-from worker.sandbox import framing, spill
-
-# Ops served besides the built-in ones, imported on first use: "module:function".
-# Each takes (state, payload) and returns the reply dict.
-EXTENSION_OPS: dict[str, str] = {
-    "canary_train": "worker.canary.child_ops:train",
-}
-
-_POISON_INT = -(2**31) + 7
-
-
-class HarnessState:
-    def __init__(self) -> None:
-        self.device = torch.device("cpu")
-        self.fn: Callable[..., Any] | None = None
-        self.dps = True
-        # trusted references to the timers, taken before any submission code runs
-        self.perf_counter = time.perf_counter
-        self.pristine: dict[str, object] = {
-            "time.perf_counter": time.perf_counter,
-            "torch.cuda.Event": torch.cuda.Event,
-            "torch.cuda.Event.elapsed_time": torch.cuda.Event.elapsed_time,
-            "torch.cuda.Event.record": torch.cuda.Event.record,
-            "torch.cuda.synchronize": torch.cuda.synchronize,
-            "torch.allclose": torch.allclose,
-            "torch.testing.assert_close": torch.testing.assert_close,
-        }
-
-    def tampered(self) -> list[str]:
-        now = {
-            "time.perf_counter": time.perf_counter,
-            "torch.cuda.Event": torch.cuda.Event,
-            "torch.cuda.Event.elapsed_time": torch.cuda.Event.elapsed_time,
-            "torch.cuda.Event.record": torch.cuda.Event.record,
-            "torch.cuda.synchronize": torch.cuda.synchronize,
-            "torch.allclose": torch.allclose,
-            "torch.testing.assert_close": torch.testing.assert_close,
-        }
-        return [k for k, v in self.pristine.items() if now[k] is not v]
-
-    def sync(self) -> None:
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
-
-
-def _dtype(name: str) -> torch.dtype:
-    return getattr(torch, name)
+from worker.canary import child_ops as canary_ops
+from worker.numerics import timing
+from worker.sandbox import framing, harness, spill
+from worker.sandbox.harness import HarnessState
 
 
 def op_hello(state: HarnessState, payload: dict[str, Any]) -> dict[str, Any]:
@@ -99,43 +55,6 @@ def op_load(state: HarnessState, payload: dict[str, Any]) -> dict[str, Any]:
     return {"ok": True}
 
 
-def _prepare_args(state: HarnessState, payload: dict[str, Any]) -> list[Any]:
-    noncontig = set(payload.get("noncontiguous", []))
-    args = []
-    for i, a in enumerate(payload["args"]):
-        if isinstance(a, torch.Tensor):
-            t = a.to(state.device)
-            if i in noncontig and t.dim() >= 1:
-                # same values, strided storage: every other element of a wider buffer
-                wide = torch.empty((*t.shape[:-1], t.shape[-1] * 2), dtype=t.dtype, device=t.device)
-                wide[..., ::2] = t
-                t = wide[..., ::2]
-            args.append(t)
-        else:
-            args.append(a)
-    return args
-
-
-def _alloc_outputs(state: HarnessState, specs: list[dict[str, Any]], poison: float | None) -> list[torch.Tensor]:
-    outs = []
-    for s in specs:
-        dt = _dtype(s["dtype"])
-        t = torch.empty(tuple(s["shape"]), dtype=dt, device=state.device)
-        if poison is not None:
-            t.fill_(poison if dt.is_floating_point else _POISON_INT if dt != torch.bool else True)
-        outs.append(t)
-    return outs
-
-
-def _invoke(state: HarnessState, args: list[Any], outs: list[torch.Tensor]) -> list[Any]:
-    assert state.fn is not None, "no solution loaded"
-    if state.dps:
-        state.fn(*args, *outs)
-        return list(outs)
-    result = state.fn(*args)
-    return list(result) if isinstance(result, (tuple, list)) else [result]
-
-
 def _plain(t: Any) -> torch.Tensor:
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"the kernel returned a {type(t).__name__}, not a torch.Tensor")
@@ -144,9 +63,9 @@ def _plain(t: Any) -> torch.Tensor:
 
 
 def op_call(state: HarnessState, payload: dict[str, Any]) -> dict[str, Any]:
-    args = _prepare_args(state, payload)
-    outs = _alloc_outputs(state, payload["outputs"], payload.get("poison"))
-    results = _invoke(state, args, outs)
+    args = harness.prepare_args(state, payload)
+    outs = harness.alloc_outputs(state, payload["outputs"], payload.get("poison"))
+    results = harness.invoke(state, args, outs)
     state.sync()
     exact_types = [type(r) is torch.Tensor for r in results]
     return {
@@ -158,56 +77,23 @@ def op_call(state: HarnessState, payload: dict[str, Any]) -> dict[str, Any]:
 
 
 def op_time(state: HarnessState, payload: dict[str, Any]) -> dict[str, Any]:
-    args = _prepare_args(state, payload)
-    outs = _alloc_outputs(state, payload["outputs"], None)
-    warmup, reps = int(payload["warmup"]), int(payload["reps"])
-    times: list[float] = []
-    if state.device.type == "cuda":
-        event_cls = state.pristine["torch.cuda.Event"]
-        flush = torch.empty(256 * 1024 * 1024, dtype=torch.int8, device=state.device)
-        for _ in range(warmup):
-            _invoke(state, args, outs)
-        torch.cuda.synchronize(state.device)
-        starts = [event_cls(enable_timing=True) for _ in range(reps)]  # type: ignore[operator]
-        ends = [event_cls(enable_timing=True) for _ in range(reps)]  # type: ignore[operator]
-        host: list[float] = []
-        for i in range(reps):
-            if payload.get("flush_l2", True):
-                flush.zero_()
-            h0 = state.perf_counter()
-            starts[i].record()
-            _invoke(state, args, outs)
-            ends[i].record()
-            host.append((state.perf_counter() - h0) * 1e3)  # time the host spent issuing the call
-        torch.cuda.synchronize(state.device)
-        elapsed = state.pristine["torch.cuda.Event.elapsed_time"]
-        times = [float(elapsed(s, e)) for s, e in zip(starts, ends)]  # type: ignore[operator]
-        return {"ok": True, "times_ms": times, "host_times_ms": host, "clock": "cuda_events", "tampered": state.tampered()}
-    else:
-        for _ in range(warmup):
-            _invoke(state, args, outs)
-        for _ in range(reps):
-            t0 = state.perf_counter()
-            _invoke(state, args, outs)
-            times.append((state.perf_counter() - t0) * 1e3)
-        return {"ok": True, "times_ms": times, "clock": "wall_clock_cpu", "tampered": state.tampered()}
+    args = harness.prepare_args(state, payload)
+    outs = harness.alloc_outputs(state, payload["outputs"], None)
+    cfg = timing.TimingConfig(warmup=int(payload["warmup"]), reps=int(payload["reps"]),
+                              flush_l2=bool(payload.get("flush_l2", True)))
+    sample = timing.measure(lambda: harness.invoke(state, args, outs), state.device, cfg, clock=state.perf_counter,
+                            event=state.pristine["torch.cuda.Event"], elapsed=state.pristine["torch.cuda.Event.elapsed_time"])
+    return {"ok": True, **sample.model_dump(exclude_none=True), "tampered": state.tampered()}
 
 
-BUILTIN_OPS: dict[str, Callable[[HarnessState, dict[str, Any]], dict[str, Any]]] = {
+# every op the child serves: name -> (state, payload) -> reply
+OPS: dict[str, Callable[[HarnessState, dict[str, Any]], dict[str, Any]]] = {
     "hello": op_hello,
     "load": op_load,
     "call": op_call,
     "time": op_time,
+    "canary_train": canary_ops.train,
 }
-
-
-def _resolve(op: str) -> Callable[[HarnessState, dict[str, Any]], dict[str, Any]]:
-    if op in BUILTIN_OPS:
-        return BUILTIN_OPS[op]
-    if op in EXTENSION_OPS:
-        module, func = EXTENSION_OPS[op].split(":")
-        return getattr(importlib.import_module(module), func)  # type: ignore[no-any-return]
-    raise KeyError(op)
 
 
 def main() -> None:
@@ -222,7 +108,7 @@ def main() -> None:
         nonce = msg.pop("nonce", "")
         spill_dir = Path.cwd() / spill.FOLDER
         try:
-            handler = _resolve(op)
+            handler = OPS[op]
         except KeyError:
             framing.write_frame(write_fd, {"ok": False, "kind": "harness", "error": f"unknown op '{op}'", "nonce": nonce})
             continue

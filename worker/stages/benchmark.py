@@ -3,7 +3,7 @@
 For each workload: ROUNDS rounds of fresh inputs (seeded from the audit's secret
 seed); the reference runs here, in the trusted process, on a pristine copy; the
 kernel runs in the sandbox into NaN-poisoned output buffers; each output is judged
-by the elementwise rule in worker.stages.compare. Then the kernel is timed in the
+by the elementwise rule in worker.numerics.tolerance. Then the kernel is timed in the
 sandbox (CUDA events, L2 flushed, median) against the reference timed the same way
 here; on the CPU the clock is wall-clock and labelled so.
 """
@@ -11,102 +11,29 @@ here; on the CPU the clock is wall-clock and labelled so.
 from __future__ import annotations
 
 import math
-import statistics
-import time
-from collections.abc import Callable
 from typing import Any
 
 import torch
-from pydantic import BaseModel, Field
+from pydantic import BaseModel
 
 from worker.catalogue import Problem, Profile
 from worker.context import AuditContext
 from worker.formats import Definition, Workload
-from worker.formats.dtypes import to_torch
 from worker.inputs import Case, build_case
+from worker.numerics.dtypes import to_torch
+from worker.numerics.timing import (
+    CLOCK_LABEL,
+    TimingSample,
+    time_trusted,
+    timing_config,
+)
+from worker.numerics.tolerance import OutputComparison, compare_output
 from worker.problem_spec import Tolerance
 from worker.sandbox import Sandbox, SandboxError
-from worker.stages.compare import OutputComparison, compare_output
 from worker.stages.result import StageResult, StageStatus
 
 NAME = "benchmark"
 ROUNDS = 10
-L2_FLUSH_BYTES = 256 * 1024 * 1024
-
-
-class TimingConfig(BaseModel):
-    warmup: int = Field(ge=0)
-    reps: int = Field(ge=1)
-    flush_l2: bool = True
-
-
-GPU_TIMING = TimingConfig(warmup=10, reps=100)
-# the Triton interpreter is slow: a few wall-clock runs are all a CPU audit can afford
-CPU_TIMING = TimingConfig(warmup=1, reps=3)
-
-CLOCK_LABEL = {"cuda_events": "CUDA events", "wall_clock_cpu": "wall-clock (CPU)"}
-
-
-def timing_config(device: str) -> TimingConfig:
-    return GPU_TIMING if device.startswith("cuda") else CPU_TIMING
-
-
-# a GPU call whose host-side issue time is at least this share of its device time is launch-bound
-LAUNCH_BOUND_SHARE = 0.8
-
-
-class TimingSample(BaseModel):
-    times_ms: list[float]
-    clock: str
-    host_times_ms: list[float] | None = Field(None, description="GPU only: wall time the host spent issuing each call")
-
-    @property
-    def median_ms(self) -> float:
-        return float(statistics.median(self.times_ms))
-
-    @property
-    def host_median_ms(self) -> float | None:
-        return float(statistics.median(self.host_times_ms)) if self.host_times_ms else None
-
-    @property
-    def launch_bound(self) -> bool:
-        host = self.host_median_ms
-        return host is not None and host >= LAUNCH_BOUND_SHARE * self.median_ms
-
-
-def time_trusted(fn: Callable[[], object], device: str | torch.device, cfg: TimingConfig) -> TimingSample:
-    """Time `fn` in this (trusted) process exactly as the child's op_time does."""
-    dev = torch.device(device)
-    if dev.type == "cuda":
-        flush = torch.empty(L2_FLUSH_BYTES, dtype=torch.int8, device=dev)
-        for _ in range(cfg.warmup):
-            fn()
-        torch.cuda.synchronize(dev)
-        starts = [torch.cuda.Event(enable_timing=True) for _ in range(cfg.reps)]
-        ends = [torch.cuda.Event(enable_timing=True) for _ in range(cfg.reps)]
-        host = []
-        for i in range(cfg.reps):
-            if cfg.flush_l2:
-                flush.zero_()
-            h0 = time.perf_counter()
-            starts[i].record()
-            fn()
-            ends[i].record()
-            host.append((time.perf_counter() - h0) * 1e3)
-        torch.cuda.synchronize(dev)
-        return TimingSample(
-            times_ms=[float(s.elapsed_time(e)) for s, e in zip(starts, ends)], clock="cuda_events", host_times_ms=host
-        )
-    for _ in range(cfg.warmup):
-        fn()
-    times = []
-    for _ in range(cfg.reps):
-        t0 = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - t0) * 1e3)
-    return TimingSample(times_ms=times, clock="wall_clock_cpu")
-
-
 def to_device(args: list[Any], device: str | torch.device) -> list[Any]:
     return [a.to(device).clone() if isinstance(a, torch.Tensor) else a for a in args]
 

@@ -13,13 +13,18 @@ from typing import Any
 
 import torch
 
-from worker.canary import judge as J
+from worker.canary import judge
 from worker.canary.binding import CanaryUnsupported, Kernel, OpBinding, bind
 from worker.canary.data import draw_batches, heldout_set, split
 from worker.canary.model import init_state
 from worker.canary.profiles import CanaryProfile, profile_for
 from worker.canary.train import (
-    State, capture_op_args, heldout_loss, perturbed_kernel, reference_kernel, train,
+    State,
+    capture_op_args,
+    heldout_loss,
+    perturbed_kernel,
+    reference_kernel,
+    train,
 )
 from worker.context import AuditContext
 from worker.stages.result import StageResult, StageStatus
@@ -129,7 +134,7 @@ def _run(ctx: AuditContext, p: CanaryProfile, binding: OpBinding) -> StageResult
         replies = child.result()  # a SandboxError from the child propagates (the engine judges it)
         timings["waited_for_submission_s"] = round(time.perf_counter() - t, 2)
 
-    losses: list[J.LossJudgement] = []
+    losses: list[judge.LossJudgement] = []
     curves: dict[str, Any] = {}
     for opt in p.optimizers:
         reply, secs = replies[opt]
@@ -140,7 +145,7 @@ def _run(ctx: AuditContext, p: CanaryProfile, binding: OpBinding) -> StageResult
             return StageResult(name=NAME, status=StageStatus.failed, summary=f"the submission's run sent no weights for steps {missing}")
         sub_eval = evaluate(sub_states)
         pr = parent[opt]
-        lj = J.judge_loss(opt, steps, pr["eval"], sub_eval, pr["nulls"], p.band_factor, p.loss_floor)
+        lj = judge.judge_loss(opt, steps, pr["eval"], sub_eval, pr["nulls"], p.band_factor, p.loss_floor)
         losses.append(lj)
         curves[opt] = {
             "reference_train_loss": pr["train"],
@@ -152,7 +157,7 @@ def _run(ctx: AuditContext, p: CanaryProfile, binding: OpBinding) -> StageResult
     # gradient fidelity along the reference's own SGD trajectory, on real batches, against fp64
     ctx.progress("canary: gradient fidelity")
     t = time.perf_counter()
-    fid: list[J.BucketFidelity] = []
+    fid: list[judge.BucketFidelity] = []
     oracle = ctx.problem.oracle()
     budgets = ctx.problem.spec.budgets
     state_at = {0: init, **ref_sgd_states}
@@ -176,12 +181,12 @@ def _run(ctx: AuditContext, p: CanaryProfile, binding: OpBinding) -> StageResult
                     idx = dict(zip(input_names, args)).get(budget.bucket_by.input or "")
                     if isinstance(idx, torch.Tensor):
                         counts = torch.bincount(idx.reshape(-1).long(), minlength=o.shape[0])
-                fid.extend(J.fidelity(fstep, spec.name, o, e, budget, counts))
+                fid.extend(judge.fidelity(fstep, spec.name, o, e, budget, counts))
     timings["fidelity_s"] = round(time.perf_counter() - t, 2)
 
     max_ratio = {s.name: (budgets[s.name].max_ratio if s.name in budgets else 4.0) for s in binding.outputs}
     fid_bad = [f for f in fid if f.ratio > max_ratio[f.output]]
-    w = J.worst(fid)
+    w = judge.worst(fid)
     loss_bad = [lj for lj in losses if lj.exceeded]
     by_opt = {lj.optimizer: lj for lj in losses}
     sgd_bad = "sgd" in by_opt and by_opt["sgd"].exceeded
@@ -239,7 +244,7 @@ def _run(ctx: AuditContext, p: CanaryProfile, binding: OpBinding) -> StageResult
             "profile": p.model_dump(mode="json"),
             "binding": binding.model_dump(mode="json"),
             "curves": curves,
-            "fidelity": J.summarise_fidelity(fid),
+            "fidelity": judge.summarise_fidelity(fid),
             "fidelity_all": [f.model_dump() for f in fid],
         },
     )

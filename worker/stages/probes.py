@@ -2,9 +2,9 @@
 
 Per probe (audit.json `probes`): build the inputs in the trusted process, call the kernel
 in its sandbox, run the fp64 oracle on the same (already rounded) inputs, and judge the
-error per reduction group against the ideal output's (worker.probes.errors). Then, on one
+error per reduction group against the ideal output's (worker.numerics.error_metrics). Then, on one
 moderate case: run twice, poison the outputs, compare the inputs the kernel left with the
-pristine copies, and permute along the order-free axis (worker.probes.checks).
+pristine copies, and permute along the order-free axis (worker.numerics.checks).
 """
 
 from __future__ import annotations
@@ -16,12 +16,18 @@ from typing import Any
 import torch
 
 from worker.context import AuditContext
-from worker.formats.dtypes import to_torch
 from worker.inputs import Case
-from worker.probes import checks as ck
+from worker.numerics import checks
+from worker.numerics.dtypes import to_torch
+from worker.numerics.error_metrics import (
+    INDEX_COUNT_EDGES,
+    OutputError,
+    floor_note,
+    index_count_labels,
+    measure_output,
+)
 from worker.probes.diagnosis import diagnose
 from worker.probes.distributions import ProbeInputError, build_probe_case, permute_case
-from worker.probes.errors import INDEX_COUNT_EDGES, OutputError, floor_note, index_count_labels, measure_output
 from worker.probes.outcome import ProbeOutcome
 from worker.problem_spec import OutputBudget, ProbeSpec
 from worker.sandbox import SandboxCrash, SandboxTimeout, SubmissionError
@@ -134,7 +140,7 @@ def _run_probe(
     outcome.axes = case.axes
     outcome.input_stats = _input_stats(case)
     try:
-        reply = _call(ctx, case, ck.POISON_A, _positions(ctx, probe.noncontiguous))
+        reply = _call(ctx, case, checks.POISON_A, _positions(ctx, probe.noncontiguous))
     except (*_KERNEL_FAILURES, KernelOutputError) as err:
         outcome.kernel_error = f"{type(err).__name__}: {err}"[:600]
         return outcome, case, None
@@ -149,20 +155,20 @@ def _check_probe(probes: list[ProbeSpec]) -> ProbeSpec:
 
 def _run_checks(
     ctx: AuditContext, probe: ProbeSpec, case: Case, first: dict[str, Any], calls: list[tuple[str, list[Any], list[Any]]]
-) -> tuple[list[ck.CheckResult], dict[str, Any]]:
+) -> tuple[list[checks.CheckResult], dict[str, Any]]:
     definition = ctx.problem.definition
     names = list(definition.outputs)
     noncontig = _positions(ctx, probe.noncontiguous)
-    results: list[ck.CheckResult] = []
-    evidence: dict[str, Any] = {"probe": probe.name, "poison": [repr(ck.POISON_A), repr(ck.POISON_B)]}
+    results: list[checks.CheckResult] = []
+    evidence: dict[str, Any] = {"probe": probe.name, "poison": [repr(checks.POISON_A), repr(checks.POISON_B)]}
     try:
-        second = _call(ctx, case, ck.POISON_B, noncontig)
+        second = _call(ctx, case, checks.POISON_B, noncontig)
         calls.append((f"{probe.name} (second run)", case.args(definition), second["args_after"]))
-        results.append(ck.check_determinism(names, first["outputs"], second["outputs"], ck.POISON_A, ck.POISON_B))
-        results.append(ck.check_poison(names, first["outputs"], second["outputs"], ck.POISON_A, ck.POISON_B))
+        results.append(checks.check_determinism(names, first["outputs"], second["outputs"], checks.POISON_A, checks.POISON_B))
+        results.append(checks.check_poison(names, first["outputs"], second["outputs"], checks.POISON_A, checks.POISON_B))
     except (*_KERNEL_FAILURES, KernelOutputError) as err:
         msg = f"the kernel failed on a second run of the same inputs: {type(err).__name__}: {err}"[:600]
-        results.append(ck.CheckResult(name="determinism", passed=False, summary=msg))
+        results.append(checks.CheckResult(name="determinism", passed=False, summary=msg))
     axis = ctx.problem.spec.order_free_axis
     has_axis = axis is not None and any(axis in (s.shape or []) for s in definition.inputs.values())
     if axis is not None and has_axis and axis in case.axes:
@@ -172,12 +178,12 @@ def _run_checks(
         permuted = permute_case(definition, case, axis, perm)
         dims = {n: [i for i, a in enumerate(s.shape or []) if a == axis] for n, s in definition.outputs.items()}
         try:
-            third = _call(ctx, permuted, ck.POISON_A, noncontig)
+            third = _call(ctx, permuted, checks.POISON_A, noncontig)
             calls.append((f"{probe.name} (permuted along {axis})", permuted.args(definition), third["args_after"]))
-            results.append(ck.check_permutation(names, first["outputs"], third["outputs"], dims, perm, axis))
+            results.append(checks.check_permutation(names, first["outputs"], third["outputs"], dims, perm, axis))
         except (*_KERNEL_FAILURES, KernelOutputError) as err:
             msg = f"the kernel failed when the inputs were permuted along '{axis}': {type(err).__name__}: {err}"[:600]
-            results.append(ck.CheckResult(name="order_invariance", passed=False, summary=msg))
+            results.append(checks.CheckResult(name="order_invariance", passed=False, summary=msg))
     else:
         evidence["permutation"] = "skipped: audit.json names no order_free_axis the inputs are indexed by"
     return results, evidence
@@ -201,18 +207,18 @@ def run(ctx: AuditContext) -> StageResult:
             calls.append((probe.name, case.args(definition), reply["args_after"]))
             if probe is chosen:
                 check_base = (case, reply)
-    checks: list[ck.CheckResult] = []
+    behaviour: list[checks.CheckResult] = []
     check_evidence: dict[str, Any] = {}
     if check_base is not None:
         ctx.progress(f"probes: behavioural checks on '{chosen.name}'")
-        checks, check_evidence = _run_checks(ctx, chosen, check_base[0], check_base[1], calls)
+        behaviour, check_evidence = _run_checks(ctx, chosen, check_base[0], check_base[1], calls)
     if calls:
-        checks.insert(0, ck.check_inputs_unmodified(list(definition.inputs), calls))
+        behaviour.insert(0, checks.check_inputs_unmodified(list(definition.inputs), calls))
 
     failed_probes = [o for o in outcomes if o.kernel_error or (o.input_error is None and not o.passed)]
     input_errors = [o for o in outcomes if o.input_error]
-    failed_checks = [c for c in checks if not c.passed]
-    diagnosis = diagnose(outcomes, checks)
+    failed_checks = [c for c in behaviour if not c.passed]
+    diagnosis = diagnose(outcomes, behaviour)
     measured = [o for o in outcomes if o.outputs]
     worst = max(measured, key=lambda o: o.worst_ratio) if measured else None
 
@@ -236,11 +242,11 @@ def run(ctx: AuditContext) -> StageResult:
         summary = (
             f"{len(outcomes)} probes within budget (worst {worst.worst_ratio:.2f}x the ideal output's error on "
             f"'{worst.name}', budget {budget:g}x); " if worst else f"{len(outcomes)} probes ran; "
-        ) + ", ".join(c.name for c in checks) + " checks passed"
+        ) + ", ".join(c.name for c in behaviour) + " checks passed"
 
     metrics: dict[str, Any] = {
         "probes": {o.name: o.metrics() for o in outcomes},
-        "checks": {c.name: {"passed": c.passed, "summary": c.summary, **c.details} for c in checks},
+        "checks": {c.name: {"passed": c.passed, "summary": c.summary, **c.details} for c in behaviour},
         "worst_ratio": round(worst.worst_ratio, 3) if worst else None,
         "worst_probe": worst.name if worst else None,
         "diagnosis": diagnosis,

@@ -77,8 +77,8 @@ def test_the_child_dies_when_its_parent_is_killed_outright(tmp_path: Path) -> No
     # busy in the kernel, the child never reads the pipe, so it cannot notice that the parent is gone
     busy = _solution("import time\ndef run(x):\n    time.sleep(600)\n", dps=False)
     parent = subprocess.Popen([sys.executable, str(script), busy.model_dump_json()], stdout=subprocess.PIPE, text=True,
-                              cwd=Path(__file__).resolve().parent.parent,
-                              env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)})
+                              cwd=Path(__file__).resolve().parents[2],
+                              env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])})
     child = -1
     try:
         assert parent.stdout is not None

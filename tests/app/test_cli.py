@@ -7,8 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-KERNELS = Path(__file__).resolve().parent.parent / "kernels"
-KAUDIT = [sys.executable, "-m", "worker.cli"]
+KERNELS = Path(__file__).resolve().parents[2] / "kernels"
+KAUDIT = [sys.executable, "-m", "app.cli"]
 
 
 def _run(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:

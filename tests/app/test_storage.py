@@ -16,20 +16,20 @@ from svc_support import REDIS_URL, bootstrap, example, slow_import_solution
 
 from app.audits import repository
 from app.audits.queue import AuditQueue
+from app.audits.reaper import reap_once
+from app.audits.tasks import run_one
 from app.auth.dependencies import Principal
 from app.core import migrate
 from app.core.db import make_engine, make_sessionmaker, utcnow
 from app.core.settings import Settings
+from app.jobs.celery import make_celery
+from app.jobs.resources import ProcessLocal
 from app.leaderboard.service import leaderboard
 from app.models import ApiKey, Audit, Base, StageResultRow
 from app.problems.service import sync_catalogue
 from app.submissions import service as submissions
 from app.webhooks.signing import sign, verify
 from worker.catalogue import load_catalogue
-from worker.tasks.audit import run_one
-from worker.tasks.factory import make_celery
-from worker.tasks.reaper import reap_once
-from worker.tasks.resources import ProcessLocal
 
 TABLES = {"problems", "api_keys", "submissions", "audits", "stage_results", "webhook_endpoints", "webhook_deliveries"}
 

@@ -18,10 +18,10 @@ import torch
 
 from tests.catalogue_support import SandboxPool, call, solution_ids
 from worker.catalogue import Catalogue, Problem, load_catalogue
-from worker.formats.dtypes import to_torch
 from worker.inputs import Case, build_case
+from worker.numerics.dtypes import to_torch
+from worker.numerics.tolerance import compare_output
 from worker.reference import Reference
-from worker.stages.compare import compare_output
 
 PROBLEMS = ("rmsnorm_forward", "rmsnorm_backward", "cross_entropy")
 GENERATOR_KINDS = {
@@ -29,7 +29,7 @@ GENERATOR_KINDS = {
     "normal", "positive", "shared_direction", "scalar", "from_axis",
 }
 CORRECT_RATIO = 1.5  # a correct kernel's normwise error, as a multiple of one rounding of the exact result
-FLOOR_FRACTION = 0.25  # as worker.probes.errors: where the ideal output is (nearly) exact
+FLOOR_FRACTION = 0.25  # as worker.numerics.error_metrics: where the ideal output is (nearly) exact
 # an fp32 output (the 0-d loss): the ideal is one fp32 rounding, floored at a quarter of it; a
 # correct fp32 mean over tokens lands a few to a few tens of those away
 FP32_RATIO = 64.0

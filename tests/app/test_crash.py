@@ -22,12 +22,12 @@ from svc_support import (
 )
 
 from app.audits import repository
-from tests.proc_support import sandbox_children_under
+from app.audits.tasks import run_one
 from app.core.db import make_engine, make_sessionmaker
 from app.core.settings import Settings
+from app.jobs.resources import ProcessLocal
 from app.models import Audit, StageResultRow, Submission
-from worker.tasks.audit import run_one
-from worker.tasks.resources import ProcessLocal
+from tests.proc_support import sandbox_children_under
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 STAGES = ["intake", "static", "benchmark", "probes", "canary", "verdict"]

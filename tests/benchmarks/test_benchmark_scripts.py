@@ -10,7 +10,7 @@ from pathlib import Path
 
 from tests.proc_support import sandbox_children_under
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _run(*args: str, out: Path, tmp: Path, timeout: float = 240) -> subprocess.CompletedProcess[str]:

@@ -135,7 +135,7 @@ class Proc:
 
 
 def start_worker(settings: Settings, log: Path, name: str = "w", **env: str) -> Proc:
-    argv = [sys.executable, "-m", "celery", "-A", "worker.tasks.celery_app", "worker", "-Q", settings.audit_queue,
+    argv = [sys.executable, "-m", "celery", "-A", "app.jobs.worker", "worker", "-Q", settings.audit_queue,
             "--concurrency", "1", "--pool", "prefork", "-n", f"{name}-{uuid.uuid4().hex[:6]}@%h", "--loglevel", "INFO",
             "--without-gossip", "--without-mingle"]
     return Proc(argv, env_for(settings, **env), log)

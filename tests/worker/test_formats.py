@@ -140,9 +140,9 @@ def test_reference_is_within_budget_of_the_oracle(name: str) -> None:
     the ideal output's), is within the problem's budgets on every CPU workload, with the declared dtypes."""
     import torch
 
-    from worker.formats.dtypes import to_torch
     from worker.inputs import build_case
-    from worker.probes.errors import measure_output
+    from worker.numerics.dtypes import to_torch
+    from worker.numerics.error_metrics import measure_output
     from worker.problem_spec import OutputBudget
     from worker.reference import Reference
 

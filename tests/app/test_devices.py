@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from app.core.settings import Settings
-from app.submissions.routing import NoDeviceForSolution, choose_device
+from app.submissions.devices import NoDeviceForSolution, choose_device
 from worker.formats import Solution
 
 

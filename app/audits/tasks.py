@@ -12,10 +12,10 @@ from celery import Celery, signals
 from celery.exceptions import SoftTimeLimitExceeded
 
 from app.audits import repository
+from app.audits.lease import Heartbeat
 from app.audits.queue import AUDIT_TASK
 from app.core.settings import Settings
-from worker.tasks.lease import Heartbeat
-from worker.tasks.resources import ProcessLocal
+from app.jobs.resources import ProcessLocal
 
 log = logging.getLogger(__name__)
 

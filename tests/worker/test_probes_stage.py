@@ -16,15 +16,15 @@ import torch
 from worker.catalogue import Problem, load_catalogue
 from worker.context import AuditContext
 from worker.formats import Solution, solution_from_python_file
-from worker.formats.dtypes import to_torch
 from worker.inputs import build_case
-from worker.probes.checks import ulps
-from worker.probes.errors import OutputError, measure_output
+from worker.numerics.checks import ulps
+from worker.numerics.dtypes import to_torch
+from worker.numerics.error_metrics import OutputError, measure_output
+from worker.numerics.tolerance import compare_output
 from worker.problem_spec import BucketBy, OutputBudget
 from worker.reference import Reference
 from worker.sandbox import Sandbox
 from worker.stages import probes as probes_stage
-from worker.stages.compare import compare_output
 from worker.stages.result import StageResult, StageStatus
 
 FIXTURES = Path(__file__).parent / "fixtures" / "probes"

@@ -40,7 +40,8 @@ def make_celery(settings: Settings, *, register_tasks: bool = False) -> Celery:
         broker_pool_limit=20,
     )
     if register_tasks:
-        from worker.tasks import audit, reaper
+        from app.audits import reaper
+        from app.audits import tasks as audit
 
         audit.register(app, settings)
         reaper.register(app, settings)

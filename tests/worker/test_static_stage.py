@@ -9,7 +9,8 @@ from worker.context import AuditContext
 from worker.formats import Solution, SolutionSpec, SourceFile
 from worker.stages import static
 from worker.stages.result import StageStatus
-from worker.stages.static import RULES, scan_source
+from worker.static.rules import RULES
+from worker.static.scanner import scan_source
 
 CATALOGUE = load_catalogue()
 EXAMPLES = [(p.name, n, s) for p in CATALOGUE for n, s in p.example_solutions().items()]

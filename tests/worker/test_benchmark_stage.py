@@ -13,9 +13,15 @@ from worker.context import AuditContext
 from worker.engine import run_audit
 from worker.formats import Solution, SolutionSpec, SourceFile, solution_from_python_file
 from worker.inputs import build_case
+from worker.numerics.timing import (
+    CPU_TIMING,
+    LAUNCH_BOUND_SHARE,
+    TimingSample,
+    time_trusted,
+)
+from worker.numerics.tolerance import compare_output
 from worker.problem_spec import Tolerance
-from worker.stages.benchmark import CPU_TIMING, LAUNCH_BOUND_SHARE, ROUNDS, TimingSample, time_trusted, timing_workload
-from worker.stages.compare import compare_output
+from worker.stages.benchmark import ROUNDS, timing_workload
 from worker.stages.result import StageResult, StageStatus, Verdict
 
 CATALOGUE = load_catalogue()

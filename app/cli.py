@@ -15,7 +15,12 @@ from rich.table import Table
 
 from worker.catalogue import Catalogue, load_catalogue
 from worker.engine import STAGES, parse_stages, run_audit
-from worker.formats import FormatError, Solution, load_solution, solution_from_python_file
+from worker.formats import (
+    FormatError,
+    Solution,
+    load_solution,
+    solution_from_python_file,
+)
 from worker.stages.result import AuditReport, StageStatus, Verdict
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="kernel-audit: what the benchmark checks, and what it misses.")
