@@ -13,30 +13,25 @@ from app.auth.keys import create_api_key
 from app.core import migrate
 from app.core.db import make_engine, make_sessionmaker
 from app.core.settings import Settings
-from app.problems.service import sync_catalogue
+from app.core.unit_of_work import UnitOfWork
+from app.problems.service import sync_and_enqueue
 
 
 def init(settings: Settings) -> None:
     from app.jobs.celery import make_celery
-    from worker.catalogue import DEFAULT_ROOT, load_catalogue
 
     migrate.upgrade(settings)
     engine = make_engine(settings)
-    with make_sessionmaker(engine)() as s:
-        result, new_audits = sync_catalogue(s, load_catalogue(settings.catalogue_root or DEFAULT_ROOT), settings)
-        s.commit()
-    queue = AuditQueue(make_celery(settings))
-    for a in new_audits:
-        queue.send(a.id, a.queue)
+    with UnitOfWork(make_sessionmaker(engine), AuditQueue(make_celery(settings))) as uow:
+        result = sync_and_enqueue(uow, settings)
     engine.dispose()
     print(f"migrated; problems added {result.added}, changed {result.changed} ({result.reaudits} re-audits queued)")
 
 
 def create_key(settings: Settings, submitter: str, admin: bool) -> None:
     engine = make_engine(settings)
-    with make_sessionmaker(engine)() as s:
-        _, key = create_api_key(s, submitter, ("submit", "admin") if admin else ("submit",))
-        s.commit()
+    with UnitOfWork(make_sessionmaker(engine), None) as uow:
+        _, key = create_api_key(uow.session, submitter, ("submit", "admin") if admin else ("submit",))
     engine.dispose()
     print(key)
 

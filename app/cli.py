@@ -77,9 +77,24 @@ def audit(
     stages: Annotated[str | None, typer.Option(help=f"comma-separated subset of {','.join(STAGES)}")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object instead of the report")] = False,
     seed: Annotated[int | None, typer.Option(help="audit seed (default: a fresh secret one)")] = None,
+    token_stats: Annotated[Path | None, typer.Option(
+        "--token-stats", help="your token statistics (.npy or .safetensors: a histogram or a sample of ids) for the id probes")] = None,
+    token_stats_kind: Annotated[str, typer.Option("--token-stats-kind", help="auto, histogram or sample")] = "auto",
 ) -> None:
     """Audit a kernel: intake, static, benchmark, probes, canary, verdict."""
     err = Console(stderr=True)
+    stats = None
+    if token_stats is not None:
+        from pydantic import ValidationError
+
+        from worker.probes.token_stats import TokenStats, TokenStatsError
+
+        try:
+            stats = TokenStats(path=token_stats, kind=token_stats_kind).load()  # type: ignore[arg-type]
+        except ValidationError as e:
+            raise _usage_error(err, f"--token-stats-kind: {e.errors()[0]['msg']}") from e
+        except TokenStatsError as e:
+            raise _usage_error(err, f"--token-stats: {e}") from e
     if device not in ("cpu", "cuda") and not device.startswith("cuda:"):
         raise _usage_error(err, f"--device must be cpu or cuda, not '{device}'")
     if device.startswith("cuda"):
@@ -96,7 +111,7 @@ def audit(
         solution = read_submission(path, definition, catalogue)
     except FormatError as e:
         raise _usage_error(err, str(e)) from e
-    problem = catalogue.get(solution.definition)
+    problem = catalogue.get(solution.definition).with_token_stats(stats)
     with err.status(f"auditing {solution.name}") as status:
         report = run_audit(
             problem,

@@ -6,11 +6,13 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
 from fastapi.openapi.utils import get_openapi
+from fastapi.responses import JSONResponse
 
+from app.api.deps import Services
 from app.audits.queue import AuditQueue
-from app.auth.dependencies import KeyCache
+from app.auth.keycache import KeyCache
 from app.auth.ratelimit import RateLimiter
 from app.auth.router import router as auth_router
 from app.core.bodylimit import BodyLimitMiddleware
@@ -18,8 +20,10 @@ from app.core.cache import ResponseCache
 from app.core.db import make_engine, make_sessionmaker
 from app.core.settings import Settings
 from app.leaderboard.router import router as leaderboard_router
+from app.problems.index import ProblemIndex
 from app.problems.router import router as problems_router
-from app.problems.service import ProblemIndex
+from app.submissions.parsing import InvalidSubmission
+from app.submissions.router import invalid_response
 from app.submissions.router import router as submissions_router
 
 
@@ -36,17 +40,22 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                   description="Audits GPU kernel submissions (SOL-ExecBench formats) for what the benchmark's verifier misses.")
     from app.jobs.celery import make_celery
 
-    app.state.settings = settings
-    app.state.engine = engine
-    app.state.sessions = make_sessionmaker(engine)
-    app.state.queue = AuditQueue(make_celery(settings))
-    app.state.limiter = RateLimiter(settings.limits_storage, settings.rate_limit)
-    app.state.problems = ProblemIndex()
-    app.state.key_cache = KeyCache(ttl_s=settings.key_cache_s)
-    app.state.leaderboards = ResponseCache(ttl_s=settings.leaderboard_cache_s)
+    app.state.services = Services(
+        settings=settings,
+        sessions=make_sessionmaker(engine),
+        queue=AuditQueue(make_celery(settings)),
+        limiter=RateLimiter(settings.limits_storage, settings.rate_limit),
+        problems=ProblemIndex(),
+        key_cache=KeyCache(ttl_s=settings.key_cache_s),
+        leaderboards=ResponseCache(ttl_s=settings.leaderboard_cache_s),
+    )
     app.add_middleware(BodyLimitMiddleware, limit=settings.body_limit_bytes)
     for r in (submissions_router, problems_router, leaderboard_router, auth_router):
         app.include_router(r)
+
+    @app.exception_handler(InvalidSubmission)
+    async def _invalid_submission(_request: Request, err: InvalidSubmission) -> JSONResponse:
+        return invalid_response(err.errors)
 
     @app.get("/healthz", tags=["meta"])
     def healthz() -> dict[str, str]:

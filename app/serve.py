@@ -16,8 +16,9 @@ from app.core import migrate
 from app.core.db import make_engine, make_sessionmaker
 from app.core.envvars import settings_env
 from app.core.settings import Settings
+from app.core.unit_of_work import UnitOfWork
 from app.models import ApiKey
-from app.problems.service import sync_catalogue
+from app.problems.service import sync_and_enqueue
 
 
 def embedded_settings(data_dir: Path, *, device: str = "cpu", stages: str | None = None, base: Settings | None = None) -> Settings:
@@ -32,21 +33,16 @@ def embedded_settings(data_dir: Path, *, device: str = "cpu", stages: str | None
 def prepare(settings: Settings, new_admin_key: bool = False) -> tuple[str | None, list[str]]:
     """Migrate, sync the catalogue (re-auditing changed problems), and make an admin key if there is none."""
     from app.jobs.celery import make_celery
-    from worker.catalogue import DEFAULT_ROOT, load_catalogue
 
     migrate.upgrade(settings)
     engine = make_engine(settings)
     try:
-        with make_sessionmaker(engine)() as s:
-            result, new_audits = sync_catalogue(s, load_catalogue(settings.catalogue_root or DEFAULT_ROOT), settings)
-            admin = s.scalar(select(ApiKey).where(ApiKey.scopes.contains("admin"), ApiKey.revoked_at.is_(None)))
+        with UnitOfWork(make_sessionmaker(engine), AuditQueue(make_celery(settings))) as uow:
+            result = sync_and_enqueue(uow, settings)
+            admin = uow.session.scalar(select(ApiKey).where(ApiKey.scopes.contains("admin"), ApiKey.revoked_at.is_(None)))
             plaintext = None
             if admin is None or new_admin_key:
-                _, plaintext = create_api_key(s, "admin", ("submit", "admin"))
-            s.commit()
-        queue = AuditQueue(make_celery(settings))
-        for a in new_audits:
-            queue.send(a.id, a.queue)
+                _, plaintext = create_api_key(uow.session, "admin", ("submit", "admin"))
     finally:
         engine.dispose()
     return plaintext, [*result.added, *result.changed, *result.unchanged]

@@ -4,8 +4,10 @@ A problem folder holds:
   definition.json        upstream SOL-ExecBench definition, unchanged
   workload.jsonl         the benchmark's workloads (GPU-sized)
   workload_cpu.jsonl     the same kinds of workload, CPU-sized
-  audit.json             kernel-audit's additions (worker.problem_spec.AuditSpec)
-  oracle.py              trusted fp64 implementation
+  audit.json             kernel-audit's additions (worker.problem_spec.AuditSpec); optional
+  oracle.py              trusted fp64 implementation; optional
+Without audit.json the probes are derived from the definition (worker.generic); without oracle.py
+the oracle is the definition's reference promoted to fp64 (worker.generic.promote).
   solutions/<name>/solution.json   example solutions, good and known-bad
 """
 
@@ -15,7 +17,7 @@ import hashlib
 import importlib.util
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
 from types import ModuleType
@@ -31,6 +33,7 @@ from worker.formats import (
 )
 from worker.formats.exceptions import FormatError
 from worker.formats.loaders import parse_model
+from worker.probes.token_stats import LoadedTokenStats
 from worker.problem_spec import AuditSpec
 
 Profile = Literal["cpu", "gpu"]
@@ -45,10 +48,25 @@ class Problem:
     workloads_gpu: tuple[Workload, ...]
     workloads_cpu: tuple[Workload, ...]
     spec: AuditSpec
+    curated: bool = True
+    generic_oracle: bool = False  # True: ignore oracle.py (measure what the generic path alone does)
+    # the user's token statistics for this audit (bring your own distribution); None: the built-in text
+    token_stats: LoadedTokenStats | None = None
 
     @property
     def name(self) -> str:
         return self.definition.name
+
+    def with_token_stats(self, stats: LoadedTokenStats | None) -> "Problem":
+        return replace(self, token_stats=stats)
+
+    def as_uncurated(self) -> "Problem":
+        """The same problem as if its folder had no audit.json and no oracle.py."""
+        return replace(self, spec=AuditSpec(), curated=False, generic_oracle=True)
+
+    @property
+    def has_oracle(self) -> bool:
+        return not self.generic_oracle and (self.folder / self.spec.oracle.split("::")[0]).is_file()
 
     def workloads(self, profile: Profile) -> tuple[Workload, ...]:
         return self.workloads_gpu if profile == "gpu" else self.workloads_cpu
@@ -64,6 +82,12 @@ class Problem:
         return h.hexdigest()
 
     def oracle(self) -> Callable[..., tuple[object, ...]]:
+        """oracle.py where the folder has one; otherwise the reference promoted to fp64 (a GenericOracle)."""
+        if not self.has_oracle:
+            from worker.generic.promote import GenericOracle
+            from worker.reference import Reference
+
+            return GenericOracle(Reference.of(self.definition))
         file, func = self.spec.oracle.split("::")
         module = _load_module(self.folder / file, f"kaudit_oracle_{self.name}")
         return getattr(module, func)
@@ -102,7 +126,8 @@ def load_problem(folder: Path) -> Problem:
         unknown = set(w.inputs) - set(definition.inputs)
         if unknown:
             raise FormatError(str(folder), [f"workload {w.uuid}: inputs {sorted(unknown)} not in the definition"])
-    return Problem(folder=folder, definition=definition, workloads_gpu=gpu, workloads_cpu=cpu, spec=spec)
+    return Problem(folder=folder, definition=definition, workloads_gpu=gpu, workloads_cpu=cpu, spec=spec,
+                   curated=spec_path.exists())
 
 
 @dataclass(frozen=True)

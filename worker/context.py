@@ -7,11 +7,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 
+from worker.budget import AuditBudget, Deadline, budget_for
 from worker.catalogue import Problem, Profile
 from worker.formats import Solution
 from worker.reference import Reference
 from worker.sandbox import Sandbox
 from worker.stages.result import StageResult
+from worker.watched_sandbox import WatchedSandbox
 
 Progress = Callable[[str], None]
 
@@ -30,7 +32,20 @@ class AuditContext:
     results: dict[str, StageResult] = field(default_factory=dict)
     # exceptions that stop the whole audit (a Celery time limit) rather than fail one stage
     interrupts: tuple[type[BaseException], ...] = ()
+    budget: AuditBudget | None = None
     _sandbox: Sandbox | None = None
+    _watched: WatchedSandbox | None = None
+    _stage: str = ""
+
+    @cached_property
+    def deadline(self) -> Deadline:
+        """Starts on first use (the engine touches it before the first stage)."""
+        return Deadline(self.budget or budget_for(self.device))
+
+    @property
+    def watch(self) -> WatchedSandbox | None:
+        """The tally of the current stage's kernel calls; None until a stage asks for the sandbox."""
+        return self._watched
 
     @property
     def profile(self) -> Profile:
@@ -40,12 +55,22 @@ class AuditContext:
     def reference(self) -> Reference:
         return Reference.of(self.problem.definition)
 
-    def sandbox(self) -> Sandbox:
-        """The submission's child process, started (or restarted after a crash) with the solution loaded."""
+    def sandbox(self) -> WatchedSandbox:
+        """The submission's child process, started (or restarted after a crash) with the solution loaded;
+        every request is bounded by the audit's remaining budget."""
         if self._sandbox is None:
-            self._sandbox = Sandbox(self.device, interrupts=self.interrupts)
-        self._sandbox.ensure(self.solution)
-        return self._sandbox
+            self._sandbox = Sandbox(self.device, interrupts=self.interrupts,
+                                    default_timeout_s=self.deadline.budget.call_timeout_s)
+        if self._watched is None:
+            self._watched = WatchedSandbox(self._sandbox, self.deadline)
+            self._watched.begin_stage(self._stage)
+        self._watched.ensure(self.solution)
+        return self._watched
+
+    def begin_stage(self, name: str) -> None:
+        self._stage = name
+        if self._watched is not None:
+            self._watched.begin_stage(name)
 
     def derive_seed(self, *labels: object) -> int:
         """A fresh, reproducible seed per (audit, stage, round): the audit seed is the secret."""
@@ -58,3 +83,4 @@ class AuditContext:
         if self._sandbox is not None:
             self._sandbox.close()
             self._sandbox = None
+            self._watched = None

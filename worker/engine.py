@@ -1,27 +1,34 @@
-"""Run the stages in order; the verdict is the worst of them."""
+"""The audit's lifecycle: run the stages in order, resume from results stored by an earlier attempt,
+stop early when going on would only repeat the kernel's fault, and judge the whole.
+
+The service's task only claims the audit, stores what this reports through `on_stage`, and finishes it."""
 
 from __future__ import annotations
 
-import importlib
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 
+from worker.budget import AuditBudget, KernelFault
 from worker.catalogue import Problem
 from worker.context import AuditContext, Progress
 from worker.formats import Solution
 from worker.sandbox import SandboxError
+from worker.stages import benchmark, canary, intake, probes, static
 from worker.stages import verdict as verdict_stage
-from worker.stages.result import AuditReport, StageResult, StageStatus
+from worker.stages.result import AuditOutcome, AuditReport, StageResult, StageStatus
 
-# name -> module with run(ctx) -> StageResult, in the order they run
-STAGES: dict[str, str] = {
-    "intake": "worker.stages.intake",
-    "static": "worker.stages.static",
-    "benchmark": "worker.stages.benchmark",
-    "probes": "worker.stages.probes",
-    "canary": "worker.stages.canary",
+StageRun = Callable[[AuditContext], StageResult]
+
+# every stage, in the order it runs: adding a stage is one line here and one module under worker/stages/
+STAGES: dict[str, StageRun] = {
+    "intake": intake.run,
+    "static": static.run,
+    "benchmark": benchmark.run,
+    "probes": probes.run,
+    "canary": canary.run,
 }
 DEFAULT_STAGES = tuple(STAGES)
+ORDER = (*DEFAULT_STAGES, verdict_stage.NAME)
 
 OnStage = Callable[[StageResult], None]
 
@@ -39,15 +46,20 @@ def parse_stages(spec: str | Iterable[str] | None) -> tuple[str, ...]:
 
 
 def run_stage(name: str, ctx: AuditContext) -> StageResult:
-    module = importlib.import_module(STAGES[name])
+    ctx.begin_stage(name)
     t0 = time.perf_counter()
     try:
-        result: StageResult = module.run(ctx)
+        result = STAGES[name](ctx)
     except SandboxError as err:
+        # a timeout is the kernel's only when a kernel call hung (the watch saw it); the auditor's own work
+        # running long (the canary's training) or the audit's budget running out is inconclusive
+        hung = ctx.watch is not None and ctx.watch.hang is not None
+        kernel_fault = err.kind in ("crash", "submission") or (err.kind == "timeout" and hung)
         result = StageResult(
             name=name,
-            status=StageStatus.failed if err.kind in ("timeout", "crash", "submission") else StageStatus.error,
-            summary=f"the submission's process failed ({err.kind}): {err}",
+            status=StageStatus.failed if kernel_fault else StageStatus.error,
+            summary=(f"the submission's process failed ({err.kind}): {err}" if kernel_fault
+                     else f"inconclusive: {err}; not counted against the kernel"),
             evidence={"log": err.log[-2000:]},
         )
     except Exception as err:  # noqa: BLE001 - a stage bug is an error verdict, not a crash of the audit
@@ -55,7 +67,40 @@ def run_stage(name: str, ctx: AuditContext) -> StageResult:
             raise
         result = StageResult(name=name, status=StageStatus.error, summary=f"internal error in {name}: {type(err).__name__}: {err}")
     result.duration_s = round(time.perf_counter() - t0, 3)
+    return _judge_faults(ctx, result)
+
+
+def _judge_faults(ctx: AuditContext, result: StageResult) -> StageResult:
+    """What the watched sandbox saw overrides a stage that swallowed it: a hang fails the stage, a budget cut is inconclusive."""
+    watch = ctx.watch
+    if watch is None:
+        return result
+    if watch.hang is not None and watch.hang.stage == result.name:
+        result.status = StageStatus.failed
+        result.metrics["kernel_fault"] = watch.hang.model_dump()
+        if "did not" not in result.summary:
+            result.summary = f"{watch.hang.message}; {result.summary}"
+    elif watch.exhausted and result.status is not StageStatus.error:
+        result.status = StageStatus.error
+        result.summary = f"inconclusive: the audit's budget ran out during {result.name}; not counted against the kernel"
     return result
+
+
+def _stop_reason(ctx: AuditContext, result: StageResult) -> tuple[str, KernelFault | None] | None:
+    """Why the stages after `result` should not run, if they should not."""
+    watch = ctx.watch
+    if watch is not None and watch.hang is not None:
+        return f"not run: the kernel hung in {watch.hang.stage} ({watch.hang.message})", watch.hang
+    if result.name == "intake" and result.status is not StageStatus.passed:
+        return "intake did not pass", None
+    if watch is None:
+        return None
+    if watch.exhausted:
+        return "not run: the audit's budget ran out (inconclusive, not counted against the kernel)", None
+    crash = watch.crashed_on_every_call()
+    if crash is not None and result.status is StageStatus.failed:
+        return f"not run: {crash.message}; later stages would only repeat it", crash
+    return None
 
 
 def run_audit(
@@ -67,39 +112,53 @@ def run_audit(
     seed: int | None = None,
     progress: Progress | None = None,
     on_stage: OnStage | None = None,
-    skip: Iterable[str] = (),
+    resume: Sequence[StageResult] = (),
+    budget: AuditBudget | None = None,
     interrupts: tuple[type[BaseException], ...] = (),
 ) -> AuditReport:
-    """Run the chosen stages; `skip` names stages already finished elsewhere (resumed audits).
+    """Run the chosen stages and judge them.
 
-    An exception of a type in `interrupts` (a Celery soft time limit) stops the audit and propagates,
-    with the sandbox killed, instead of being recorded as the running stage's error.
+    `resume` holds stage results an earlier attempt of this audit already stored: those stages are not run
+    again (and not reported to `on_stage`), but they count in the verdict. `on_stage` hears every new stage
+    result, then the verdict. An exception of a type in `interrupts` (a Celery soft time limit) stops the
+    audit and propagates, with the sandbox killed, instead of being recorded as the running stage's error.
     """
     chosen = parse_stages(stages)
     ctx = AuditContext(problem=problem, solution=solution, device=device, progress=progress or (lambda _: None),
-                       interrupts=tuple(interrupts))
+                       interrupts=tuple(interrupts), budget=budget)
     if seed is not None:
         ctx.seed = seed
-    done_elsewhere = set(skip)
+    done = {r.name: r for r in resume if r.name in STAGES}
     results: list[StageResult] = []
+    stop: tuple[str, KernelFault | None] | None = None
+    ctx.deadline  # noqa: B018 - the budget's clock starts now
     try:
         for name in DEFAULT_STAGES:
-            if name in done_elsewhere:
-                continue
-            if name not in chosen:
-                result = StageResult(name=name, status=StageStatus.skipped, summary="not requested")
-            elif results and results[0].name == "intake" and results[0].status is not StageStatus.passed:
-                result = StageResult(name=name, status=StageStatus.skipped, summary="intake did not pass")
+            if name in done:
+                result = done[name]
             else:
-                ctx.progress(f"{name}: running")
-                result = run_stage(name, ctx)
+                if name not in chosen:
+                    result = StageResult(name=name, status=StageStatus.skipped, summary="not requested")
+                elif stop is not None:
+                    result = StageResult(name=name, status=StageStatus.skipped, summary=stop[0])
+                else:
+                    ctx.progress(f"{name}: running")
+                    result = run_stage(name, ctx)
+                if on_stage:
+                    on_stage(result)
             ctx.results[name] = result
             results.append(result)
-            if on_stage:
-                on_stage(result)
+            if stop is None:
+                stop = _stop_reason(ctx, result)
     finally:
         ctx.close()
     final = verdict_stage.judge(results)
+    fault = stop[1] if stop is not None else None
+    outcome = AuditOutcome.of(AuditReport.verdict_of(results))
+    if fault is not None and fault.kind == "hang":
+        outcome = AuditOutcome.timed_out
+        final.summary = f"timed_out: {fault.message} (in {fault.stage}); {final.summary}"
+        final.metrics["kernel_fault"] = fault.model_dump()
     if on_stage:
         on_stage(final)
     return AuditReport(
@@ -108,6 +167,7 @@ def run_audit(
         device=device,
         profile=ctx.profile,
         verdict=AuditReport.verdict_of(results),
+        outcome=outcome,
         summary=final.summary,
         stages=[*results, final],
     )

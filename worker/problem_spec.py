@@ -62,6 +62,9 @@ class ProbeSpec(BaseModel):
     inputs: dict[str, InputGenerator] = Field(default_factory=dict)
     noncontiguous: list[str] = Field(default_factory=list, description="inputs passed as non-contiguous views")
     adversarial: bool = False
+    base_workload: str | None = Field(
+        None, description="uuid of a workload: inputs the probe does not list are made as that workload makes them, at the probe's axes"
+    )
 
     def axes_for(self, profile: str) -> dict[str, int]:
         return self.gpu_axes if (profile == "gpu" and self.gpu_axes) else self.axes

@@ -23,7 +23,7 @@ class Heartbeat:
     def _run(self) -> None:
         while not self._stop.wait(self._every_s):
             try:
-                with self._sessions() as s:
+                with self._sessions.begin() as s:
                     if not repository.heartbeat(s, self._audit_id, self._owner, self._lease_s):
                         self.lost.set()
                         return

@@ -16,8 +16,10 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from app.audits import repository
 from app.audits.queue import AuditQueue
+from app.audits.status import AuditStatus
 from app.core.db import make_engine, make_sessionmaker, utcnow
 from app.core.settings import Settings
+from app.core.unit_of_work import UnitOfWork
 from app.models import Audit
 
 log = logging.getLogger(__name__)
@@ -33,15 +35,14 @@ class ReapReport:
 
 def reap_once(sessions: sessionmaker[Session], queue: AuditQueue, settings: Settings) -> ReapReport:
     report = ReapReport()
-    with sessions() as s:
+    with UnitOfWork(sessions, queue) as uow:
         requeued, report.gave_up, report.timed_out = repository.requeue_expired(
-            s, settings.max_claims, settings.hard_time_limit_s)
-    for a in requeued:  # committed above; now the broker
-        queue.send(a.id, a.queue)
-        report.requeued_expired.append(a.id)
+            uow.session, settings.max_claims, settings.hard_time_limit_s)
+        uow.enqueue(*requeued)  # sent once committed
+        report.requeued_expired = [a.id for a in requeued]
     threshold = utcnow() - timedelta(seconds=settings.requeue_after_s)
-    with sessions() as s:
-        queues = list(s.scalars(select(Audit.queue).where(Audit.status == "queued").distinct()))
+    with sessions.begin() as s:
+        queues = list(s.scalars(select(Audit.queue).where(Audit.status == AuditStatus.queued).distinct()))
         for q in queues:
             stale = repository.stale_queued(s, q, threshold)
             if not stale:

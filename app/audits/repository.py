@@ -1,4 +1,5 @@
 """Audit rows: create, claim a lease, heartbeat, store stage results once, finish, re-queue.
+Nothing here commits: each caller owns its transaction (`sessions.begin()` or a UnitOfWork).
 
 Every state change is a conditional UPDATE, so any number of workers and reapers can race safely."""
 
@@ -13,14 +14,15 @@ from sqlalchemy import and_, func, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
+from app.audits.status import FINISHED, AuditStatus
 from app.core.db import utcnow
 from app.core.jsonsafe import jsonable
-from app.models import FINISHED, Audit, StageResultRow, Submission
+from app.models import Audit, StageResultRow, Submission
 
 
 def new_audit(session: Session, submission: Submission, *, problem_hash: str, attempt: int, reason: str,
               stages: str | None, device: str, queue: str) -> Audit:
-    audit = Audit(submission=submission, attempt=attempt, status="queued", reason=reason, problem_hash=problem_hash,
+    audit = Audit(submission=submission, attempt=attempt, status=AuditStatus.queued, reason=reason, problem_hash=problem_hash,
                   seed=secrets.randbits(62), stages=stages, device=device, queue=queue, enqueued_at=utcnow())
     session.add(audit)
     return audit
@@ -36,7 +38,7 @@ def latest_audit(session: Session, submission_id: str) -> Audit | None:
 
 def queue_position(session: Session, audit: Audit) -> int:
     ahead = session.scalar(select(func.count()).select_from(Audit).where(
-        Audit.status == "queued", Audit.queue == audit.queue, Audit.enqueued_at < audit.enqueued_at))
+        Audit.status == AuditStatus.queued, Audit.queue == audit.queue, Audit.enqueued_at < audit.enqueued_at))
     return int(ahead or 0) + 1
 
 
@@ -52,11 +54,10 @@ def claim(session: Session, audit_id: str, owner: str, lease_s: float) -> Claim 
     now = utcnow()
     res = session.execute(
         update(Audit)
-        .where(Audit.id == audit_id, or_(Audit.status == "queued", and_(Audit.status == "running", Audit.lease_expires_at < now)))
-        .values(status="running", lease_owner=owner, lease_expires_at=now + timedelta(seconds=lease_s), heartbeat_at=now,
+        .where(Audit.id == audit_id, or_(Audit.status == AuditStatus.queued, and_(Audit.status == AuditStatus.running, Audit.lease_expires_at < now)))
+        .values(status=AuditStatus.running, lease_owner=owner, lease_expires_at=now + timedelta(seconds=lease_s), heartbeat_at=now,
                 claims=Audit.claims + 1, started_at=func.coalesce(Audit.started_at, now))
     )
-    session.commit()
     if res.rowcount != 1:
         return None
     audit = session.get(Audit, audit_id, populate_existing=True)
@@ -69,10 +70,9 @@ def heartbeat(session: Session, audit_id: str, owner: str, lease_s: float) -> bo
     """Extend the lease; False if it is no longer ours (the reaper took it, or the audit finished)."""
     now = utcnow()
     res = session.execute(
-        update(Audit).where(Audit.id == audit_id, Audit.lease_owner == owner, Audit.status == "running")
+        update(Audit).where(Audit.id == audit_id, Audit.lease_owner == owner, Audit.status == AuditStatus.running)
         .values(heartbeat_at=now, lease_expires_at=now + timedelta(seconds=lease_s))
     )
-    session.commit()
     return res.rowcount == 1
 
 
@@ -92,18 +92,16 @@ def store_stage(session: Session, audit_id: str, owner: str | None, *, name: str
     else:
         stmt = stmt.on_conflict_do_nothing(index_elements=["audit_id", "name"])
     session.execute(stmt)
-    session.commit()
     return True
 
 
 def finish(session: Session, audit_id: str, owner: str | None, status: str, verdict: str | None, summary: str) -> bool:
     assert status in FINISHED
-    cond = [Audit.id == audit_id, Audit.status == "running"]
+    cond = [Audit.id == audit_id, Audit.status == AuditStatus.running]
     if owner is not None:
         cond.append(Audit.lease_owner == owner)
     res = session.execute(update(Audit).where(*cond).values(
         status=status, verdict=verdict, summary=summary[:4000], finished_at=utcnow(), lease_owner=None, lease_expires_at=None))
-    session.commit()
     return res.rowcount == 1
 
 
@@ -113,10 +111,10 @@ def requeue_expired(session: Session, max_claims: int, hard_limit_s: float,
     since their first claim (Celery's hard limit kills the process, and the lease is all that is left); `error`
     after max_claims. Returns (requeued, given up, timed out)."""
     now = now or utcnow()
-    expired = list(session.scalars(select(Audit).where(Audit.status == "running", Audit.lease_expires_at < now)))
+    expired = list(session.scalars(select(Audit).where(Audit.status == AuditStatus.running, Audit.lease_expires_at < now)))
     requeued, gave_up, timed_out = [], [], []
     for a in expired:
-        lost = and_(Audit.id == a.id, Audit.status == "running", Audit.lease_expires_at < now)
+        lost = and_(Audit.id == a.id, Audit.status == AuditStatus.running, Audit.lease_expires_at < now)
         done = dict(finished_at=now, lease_owner=None, lease_expires_at=None)
         if a.started_at is not None and (now - a.started_at).total_seconds() >= hard_limit_s:
             res = session.execute(update(Audit).where(lost).values(
@@ -131,24 +129,23 @@ def requeue_expired(session: Session, max_claims: int, hard_limit_s: float,
             if res.rowcount == 1:
                 gave_up.append(a.id)
         else:
-            res = session.execute(update(Audit).where(lost).values(status="queued", lease_owner=None, lease_expires_at=None, enqueued_at=now))
+            res = session.execute(update(Audit).where(lost).values(status=AuditStatus.queued, lease_owner=None, lease_expires_at=None, enqueued_at=now))
             if res.rowcount == 1:
                 requeued.append(a)
-    session.commit()
     return requeued, gave_up, timed_out
 
 
 def stale_queued(session: Session, queue: str, older_than: datetime) -> list[Audit]:
     return list(session.scalars(select(Audit).where(
-        Audit.status == "queued", Audit.queue == queue, or_(Audit.enqueued_at.is_(None), Audit.enqueued_at < older_than)
+        Audit.status == AuditStatus.queued, Audit.queue == queue, or_(Audit.enqueued_at.is_(None), Audit.enqueued_at < older_than)
     ).order_by(Audit.enqueued_at)))
 
 
 def count_queued(session: Session, queue: str) -> int:
-    return int(session.scalar(select(func.count()).select_from(Audit).where(Audit.status == "queued", Audit.queue == queue)) or 0)
+    return int(session.scalar(select(func.count()).select_from(Audit).where(Audit.status == AuditStatus.queued, Audit.queue == queue)) or 0)
 
 
 def mark_enqueued(session: Session, audit_ids: list[str]) -> None:
     if audit_ids:
-        session.execute(update(Audit).where(Audit.id.in_(audit_ids), Audit.status == "queued").values(enqueued_at=utcnow()))
-        session.commit()
+        session.execute(update(Audit).where(Audit.id.in_(audit_ids), Audit.status == AuditStatus.queued).values(enqueued_at=utcnow()))
+    

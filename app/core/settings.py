@@ -7,6 +7,8 @@ from pathlib import Path
 from pydantic import AliasChoices, Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from worker.budget import AuditBudget
+
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="KAUDIT_", extra="ignore")
@@ -38,6 +40,11 @@ class Settings(BaseSettings):
     max_claims: int = 3
     soft_time_limit_s: int = 3600
     hard_time_limit_s: int = 3900
+    # one budget per audit, per device: a kernel call past the call timeout is a hang (the audit ends timed_out)
+    cpu_audit_budget_s: float = 900.0
+    cpu_call_timeout_s: float = 120.0
+    gpu_audit_budget_s: float = 300.0
+    gpu_call_timeout_s: float = 60.0
 
     # API
     body_limit_bytes: int = 1024 * 1024
@@ -57,6 +64,11 @@ class Settings(BaseSettings):
                 f"({self.hard_time_limit_s}): Celery enforces the hard limit only after the soft one"
             )
         return self
+
+    def audit_budget(self, device: str) -> AuditBudget:
+        if device.startswith("cuda"):
+            return AuditBudget(total_s=self.gpu_audit_budget_s, call_timeout_s=self.gpu_call_timeout_s)
+        return AuditBudget(total_s=self.cpu_audit_budget_s, call_timeout_s=self.cpu_call_timeout_s)
 
     @property
     def sqlalchemy_url(self) -> str:

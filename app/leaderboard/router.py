@@ -1,29 +1,30 @@
 from __future__ import annotations
 
-from fastapi import APIRouter, HTTPException, Request, Response
+from fastapi import APIRouter, HTTPException, Response
 from starlette.concurrency import run_in_threadpool
 
+from app.api.deps import Services, ServicesDep
 from app.leaderboard.schemas import Leaderboard
 from app.leaderboard.service import leaderboard
 
 router = APIRouter(prefix="/v1/leaderboard", tags=["leaderboard"])
 
 
-def _render(request: Request, problem: str, sound_only: bool) -> bytes:
-    with request.app.state.sessions() as session:
-        if problem not in request.app.state.problems.get(session):
+def _render(services: Services, problem: str, sound_only: bool) -> bytes:
+    with services.sessions() as session:
+        if problem not in services.problems.get(session):
             raise HTTPException(404, f"unknown problem '{problem}'")
         return leaderboard(session, problem, sound_only).model_dump_json().encode()
 
 
 @router.get("/{problem}", response_model=Leaderboard, responses={404: {"description": "unknown problem"}})
-async def get_leaderboard(problem: str, request: Request, sound_only: bool = False) -> Response:
+async def get_leaderboard(problem: str, services: ServicesDep, sound_only: bool = False) -> Response:
     """Best benchmark-passing submission per submitter, fastest first, with whether the probes found it sound.
 
     Served from a per-process cache at most `KAUDIT_LEADERBOARD_CACHE_S` (default 2 s) old."""
-    cache = request.app.state.leaderboards
+    cache = services.leaderboards
     body = cache.get((problem, sound_only))
     if body is None:
-        body = await run_in_threadpool(_render, request, problem, sound_only)
+        body = await run_in_threadpool(_render, services, problem, sound_only)
         cache.put((problem, sound_only), body)
     return Response(content=body, media_type="application/json")

@@ -1,7 +1,7 @@
 from app.models.base import Base, new_id
+from app.audits.status import FINISHED
 from app.models.tables import (
     AUDIT_STATUSES,
-    FINISHED,
     ApiKey,
     Audit,
     Problem,

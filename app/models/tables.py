@@ -20,11 +20,11 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
+from app.audits.status import AuditStatus
 from app.core.db import utcnow
 from app.models.base import Base, new_id
 
-AUDIT_STATUSES = ("queued", "running", "passed", "failed", "error", "timed_out")
-FINISHED = ("passed", "failed", "error", "timed_out")
+AUDIT_STATUSES = tuple(AuditStatus)
 
 
 class Problem(Base):
@@ -70,7 +70,7 @@ class Audit(Base):
     id: Mapped[str] = mapped_column(String(32), primary_key=True, default=new_id)
     submission_id: Mapped[str] = mapped_column(ForeignKey("submissions.id"), index=True)
     attempt: Mapped[int] = mapped_column(Integer, default=1, doc="1 for the first audit, +1 per re-audit")
-    status: Mapped[str] = mapped_column(String(16), default="queued")
+    status: Mapped[str] = mapped_column(String(16), default=AuditStatus.queued)
     reason: Mapped[str] = mapped_column(String(200), default="submitted")
     problem_hash: Mapped[str] = mapped_column(String(64))
     seed: Mapped[int] = mapped_column(BigInteger, doc="secret: inputs are drawn from it; never shown before the audit ends")

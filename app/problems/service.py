@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
-
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.audits import repository as audits
 from app.core.db import utcnow
 from app.core.settings import Settings
+from app.core.unit_of_work import UnitOfWork
 from app.models import Audit, Problem, Submission
 from app.problems.schemas import ProblemDetail, ProblemSummary, SyncResult
 
@@ -61,19 +59,10 @@ def get_problem(session: Session, name: str) -> ProblemDetail | None:
     return None if row is None else ProblemDetail(**_summary(row), definition=row.definition, synced_at=row.synced_at)
 
 
-class ProblemIndex:
-    """Name -> content hash of known problems, re-read at most every `ttl_s` (POST checks it on every call)."""
+def sync_and_enqueue(uow: UnitOfWork, settings: Settings) -> SyncResult:
+    """Load the catalogue from disk into the problems table; the re-audits go out once `uow` commits."""
+    from worker.catalogue import DEFAULT_ROOT, load_catalogue
 
-    def __init__(self, ttl_s: float = 5.0, clock: Callable[[], float] = time.monotonic) -> None:
-        self._ttl, self._clock = ttl_s, clock
-        self._names: dict[str, str] = {}
-        self._at = float("-inf")
-
-    def get(self, session: Session) -> dict[str, str]:
-        if self._clock() - self._at > self._ttl:
-            self._names = {name: h for name, h in session.execute(select(Problem.name, Problem.content_hash))}
-            self._at = self._clock()
-        return self._names
-
-    def invalidate(self) -> None:
-        self._at = float("-inf")
+    result, new_audits = sync_catalogue(uow.session, load_catalogue(settings.catalogue_root or DEFAULT_ROOT), settings)
+    uow.enqueue(*new_audits)
+    return result

@@ -3,11 +3,21 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+from fastapi import Depends, HTTPException, Request
+from starlette.datastructures import UploadFile
 
 from app.submissions.schemas import FieldError
 from worker.formats import FormatError, Solution, SolutionSpec, SourceFile
 from worker.formats.loaders import parse_model
+
+
+@dataclass(frozen=True)
+class ParsedSubmission:
+    solution: Solution
+    data: dict[str, Any]
 
 
 class InvalidSubmission(Exception):
@@ -78,4 +88,26 @@ def solution_from_upload(filename: str, content: bytes, definition: str, entry_f
         raise InvalidSubmission(_errors(err)) from err
 
 
-__all__ = ["InvalidSubmission", "SolutionSpec", "SourceFile", "solution_from_json", "solution_from_upload"]
+async def read_submission(request: Request) -> ParsedSubmission:
+    """The request body as a Solution: a solution.json (JSON) or one .py file (multipart, with `definition`)."""
+    ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if ctype == "application/json" or ctype.endswith("+json"):
+        solution, data = solution_from_json(await request.body())
+    elif ctype == "multipart/form-data":
+        form = await request.form(max_files=1, max_fields=10)
+        upload, definition = form.get("file"), form.get("definition")
+        if not isinstance(upload, UploadFile):
+            raise InvalidSubmission([FieldError(field="file", reason="a .py file upload is required")])
+        dps = str(form.get("destination_passing_style", "true")).lower() not in ("false", "0", "no")
+        solution, data = solution_from_upload(upload.filename or "", await upload.read(),
+                                              definition if isinstance(definition, str) else "",
+                                              str(form.get("entry_function") or "run"), dps)
+    else:
+        raise HTTPException(415, "send application/json (solution.json) or multipart/form-data (a .py file and definition)")
+    return ParsedSubmission(solution=solution, data=data)
+
+
+SubmissionBody = Annotated[ParsedSubmission, Depends(read_submission)]
+
+__all__ = ["InvalidSubmission", "ParsedSubmission", "SolutionSpec", "SourceFile", "SubmissionBody", "solution_from_json",
+           "solution_from_upload"]

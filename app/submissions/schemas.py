@@ -1,11 +1,11 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, Field
 
-AuditStatus = Literal["queued", "running", "passed", "failed", "error", "timed_out"]
+from app.audits.status import AuditStatus
 
 
 class SubmissionAccepted(BaseModel):

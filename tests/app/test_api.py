@@ -49,7 +49,7 @@ def test_api_keys_are_required_and_stored_hashed(api) -> None:  # type: ignore[n
     client, keys, settings = api
     assert client.post("/v1/submissions", json=example("pytorch_fp32")).status_code == 401
     assert client.post("/v1/submissions", json=example("pytorch_fp32"), headers=auth("ka_nope")).status_code == 401
-    with client.app.state.sessions() as s:  # type: ignore[attr-defined]
+    with client.app.state.services.sessions() as s:  # type: ignore[attr-defined]
         stored = [k.key_hash for k in s.scalars(select(ApiKey))]
     assert keys["alice"] not in json.dumps(stored) and all(len(h) == 64 for h in stored)
     # X-API-Key works too
@@ -123,13 +123,13 @@ def test_idempotency_key(api) -> None:  # type: ignore[no-untyped-def]
     # the same key from another submitter is a different submission
     bob = client.post("/v1/submissions", json=example("pytorch_fp32"), headers={**auth(keys["bob"]), "Idempotency-Key": "abc-123"})
     assert bob.status_code == 202 and bob.json()["id"] != first.json()["id"]
-    with client.app.state.sessions() as s:  # type: ignore[attr-defined]
+    with client.app.state.services.sessions() as s:  # type: ignore[attr-defined]
         assert s.scalar(select(func.count()).select_from(Submission)) == 2
 
 
 def test_rate_limit_429_with_retry_after(api) -> None:  # type: ignore[no-untyped-def]
     client, _, _ = api
-    with client.app.state.sessions() as s:  # type: ignore[attr-defined]
+    with client.app.state.services.sessions() as s:  # type: ignore[attr-defined]
         _, key = create_api_key(s, "carol", ("submit",), "3/minute")
         s.commit()
     codes = [client.post("/v1/submissions", json=example("pytorch_fp32"), headers=auth(key)) for _ in range(5)]
@@ -160,7 +160,7 @@ def test_reaudit_is_admin_only_and_makes_a_new_attempt(api) -> None:  # type: ig
     assert r.status_code == 202 and r.json()["id"] == sid
     s = client.get(f"/v1/submissions/{sid}", headers=auth(keys["alice"])).json()
     assert s["attempt"] == 2 and s["reason"] == "re-audit requested"
-    with client.app.state.sessions() as sess:  # type: ignore[attr-defined]
+    with client.app.state.services.sessions() as sess:  # type: ignore[attr-defined]
         seeds = list(sess.scalars(select(Audit.seed).where(Audit.submission_id == sid)))
     assert len(seeds) == 2 and seeds[0] != seeds[1]
 
@@ -174,7 +174,7 @@ def test_submissions_are_routed_by_target_hardware(api) -> None:  # type: ignore
     assert r.status_code == 422, r.text
     err = r.json()["errors"][0]
     assert err["field"] == "spec.target_hardware" and "audits on cpu only" in err["reason"]
-    with client.app.state.sessions() as s:  # type: ignore[attr-defined]
+    with client.app.state.services.sessions() as s:  # type: ignore[attr-defined]
         assert s.scalar(select(func.count()).select_from(Submission)) == 0
     # a deployment with GPU workers queues it for them; a portable kernel goes there too
     both = settings.model_copy(update={"audit_devices": "cpu,cuda"})
@@ -183,7 +183,7 @@ def test_submissions_are_routed_by_target_hardware(api) -> None:  # type: ignore
             sid = gpu_client.post("/v1/submissions", json=gpu_only, headers=auth(keys["alice"])).json()["id"]
             portable = gpu_client.post("/v1/submissions", json=example("triton_fp32"), headers=auth(keys["alice"])).json()["id"]
             assert gpu_client.post(f"/v1/submissions/{sid}/reaudit", headers=auth(keys["admin"])).status_code == 202
-            with gpu_client.app.state.sessions() as s:  # type: ignore[attr-defined]
+            with gpu_client.app.state.services.sessions() as s:  # type: ignore[attr-defined]
                 routed = {(a.submission_id, a.attempt): (a.device, a.queue) for a in s.scalars(select(Audit))}
     finally:
         if not settings.is_sqlite:

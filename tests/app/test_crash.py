@@ -128,7 +128,7 @@ def test_redelivery_of_finished_or_leased_audit_is_a_noop(service_settings: Sett
     sessions = local.get().sessions
     assert run_one(local, ids[0]) == "passed"
     assert run_one(local, ids[0]) == "noop"  # finished: nothing happens
-    with sessions() as s:
+    with sessions.begin() as s:
         assert repository.claim(s, ids[1], "someone-else", lease_s=60) is not None
     assert run_one(local, ids[1]) == "noop"  # leased by a live worker: nothing happens
     with sessions() as s:
@@ -151,7 +151,7 @@ def test_resumed_audit_keeps_stages_stored_before_the_crash(service_settings: Se
         aid = client.post("/v1/submissions", json=example("pytorch_fp32"), headers={"X-API-Key": keys["alice"]}).json()["audit_id"]
     local = ProcessLocal(service_settings)
     sessions = local.get().sessions
-    with sessions() as s:
+    with sessions.begin() as s:
         assert repository.claim(s, aid, "dead-worker", lease_s=0.5) is not None
         assert repository.store_stage(s, aid, "dead-worker", name="intake", position=0, status="passed", summary="from the dead worker",
                                       metrics={"source_bytes": 1}, evidence={}, duration_s=1.0, lease_s=0.5)

@@ -40,7 +40,7 @@ def fuzz_target(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPat
     from svc_support import drop_queue
 
     drop_queue(s.audit_queue)
-    app.state.engine.dispose()
+    app.state.services.sessions.kw["bind"].dispose()
     drop_pg_database(url)
 
 

@@ -12,13 +12,14 @@ import redis
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import func, inspect, select
-from svc_support import REDIS_URL, bootstrap, example, slow_import_solution
+from svc_support import REDIS_URL, bootstrap, example
 
 from app.audits import repository
 from app.audits.queue import AuditQueue
 from app.audits.reaper import reap_once
 from app.audits.tasks import run_one
-from app.auth.dependencies import Principal
+from app.auth.principal import Principal
+from app.core.unit_of_work import UnitOfWork
 from app.core import migrate
 from app.core.db import make_engine, make_sessionmaker, utcnow
 from app.core.settings import Settings
@@ -52,13 +53,14 @@ def test_migrations_build_the_models_schema_and_go_back_down(backend: str, reque
 
 
 def _submit(settings: Settings, sessions, queue: AuditQueue, n: int = 1, solution: dict | None = None) -> list[str]:  # type: ignore[no-untyped-def, type-arg]
-    with sessions() as s:
-        key = s.scalar(select(ApiKey).where(ApiKey.submitter == "alice"))
+    with UnitOfWork(sessions, queue) as uow:
+        key = uow.session.scalar(select(ApiKey).where(ApiKey.submitter == "alice"))
         p = Principal(key.id, key.submitter, frozenset({"submit"}))
         phash = load_catalogue().get("embedding_backward").content_hash
         sol = solution or example("pytorch_fp32")
-        return [submissions.submit(s, queue, settings, p, problem_name="embedding_backward", problem_hash=phash,
-                                   solution_name=sol["name"], data=sol, idempotency_key=None).audit_id for _ in range(n)]
+        ids = [submissions.submit(uow, settings, p, problem_name="embedding_backward", problem_hash=phash,
+                                  solution_name=sol["name"], data=sol, idempotency_key=None).audit_id for _ in range(n)]
+    return ids
 
 
 @pytest.fixture
@@ -75,11 +77,11 @@ def test_reaper_requeues_expired_leases_and_gives_up_after_max_claims(world) -> 
     a, b = _submit(settings, sessions, queue, 2)
     r = redis.Redis.from_url(REDIS_URL)
     r.delete(settings.audit_queue)
-    with sessions() as s:
+    with sessions.begin() as s:
         assert repository.claim(s, a, "dead-1", lease_s=0.2)
         assert repository.claim(s, b, "dead-2", lease_s=0.2)
         s.execute(Audit.__table__.update().where(Audit.id == b).values(claims=settings.max_claims))
-        s.commit()
+    with sessions.begin() as s:
         assert repository.claim(s, a, "other", lease_s=60) is None  # a live lease is not taken
     time.sleep(0.4)
     report = reap_once(sessions, queue, settings)
@@ -97,12 +99,11 @@ def test_reaper_times_out_an_audit_past_the_hard_limit(world) -> None:  # type: 
     limit since its first claim ends as timed_out, not requeued (it would only be killed again)."""
     settings, sessions, queue = world
     old, young = _submit(settings, sessions, queue, 2)
-    with sessions() as s:
+    with sessions.begin() as s:
         assert repository.claim(s, old, "killed", lease_s=0.2)
         assert repository.claim(s, young, "killed-too", lease_s=0.2)
         s.execute(Audit.__table__.update().where(Audit.id == old)
                   .values(started_at=utcnow() - timedelta(seconds=settings.hard_time_limit_s + 1)))
-        s.commit()
     time.sleep(0.4)
     report = reap_once(sessions, queue, settings)
     assert report.timed_out == [old] and report.requeued_expired == [young]
@@ -127,15 +128,23 @@ def test_reaper_resends_stale_queued_only_when_the_broker_lost_them(world) -> No
     assert reap_once(sessions, queue, settings).resent_queued == []  # just re-sent: not stale any more
 
 
-def test_soft_deadline_marks_the_audit_timed_out(world, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_a_kernel_that_hangs_ends_the_audit_timed_out_at_once(world, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """The kernel's import outlives the per-call timeout: the audit ends timed_out, blamed on the kernel, and no later stage runs."""
     settings, sessions, queue = world
-    (aid,) = _submit(settings, sessions, queue, 1, slow_import_solution(tmp_path / "m", 3))
-    local = ProcessLocal(settings.model_copy(update={"soft_time_limit_s": 1}))
-    assert run_one(local, aid) == "timed_out"
+    hanging = example("pytorch_fp32")
+    hanging["sources"][0]["content"] = "import time\ntime.sleep(600)\n" + hanging["sources"][0]["content"]
+    (aid,) = _submit(settings, sessions, queue, 1, hanging)
+    local = ProcessLocal(settings.model_copy(update={"cpu_call_timeout_s": 2, "audit_stages": "intake,static,benchmark"}))
+    outcome = run_one(local, aid)
     with sessions() as s:
         audit = s.get(Audit, aid)
-        assert audit.status == "timed_out" and audit.lease_owner is None and "timed_out" in audit.summary
-        assert [r.name for r in s.scalars(select(StageResultRow).where(StageResultRow.audit_id == aid))] == ["intake"]
+        assert outcome == "timed_out", audit.summary
+        assert audit.status == "timed_out" and audit.verdict == "fail" and audit.lease_owner is None
+        assert "did not finish starting or importing" in audit.summary
+        rows = {r.name: r for r in s.scalars(select(StageResultRow).where(StageResultRow.audit_id == aid))}
+        assert rows["intake"].status == "failed"
+        assert {n: rows[n].status for n in ("static", "benchmark", "probes", "canary")} == dict.fromkeys(
+            ("static", "benchmark", "probes", "canary"), "skipped")
     local.get().engine.dispose()
 
 
@@ -161,13 +170,14 @@ def test_catalogue_change_reaudits_every_stored_submission(world, tmp_path: Path
 def _finished(sessions, settings, submitter: str, kernel_ms: float | None, passes: bool, sound: bool) -> str:  # type: ignore[no-untyped-def]
     from app.auth.keys import create_api_key
 
-    with sessions() as s:
+    with UnitOfWork(sessions, _NoBroker()) as uow:  # type: ignore[arg-type]
+        s = uow.session
         key = s.scalar(select(ApiKey).where(ApiKey.submitter == submitter))
         if key is None:
             key, _ = create_api_key(s, submitter)
-            s.commit()
+            s.flush()
         p = Principal(key.id, submitter, frozenset({"submit"}))
-        acc = submissions.submit(s, _NoBroker(), settings, p, problem_name="embedding_backward", problem_hash="h",
+        acc = submissions.submit(uow, settings, p, problem_name="embedding_backward", problem_hash="h",
                                  solution_name=f"{submitter}-{kernel_ms}", data=example("pytorch_fp32"), idempotency_key=None)
         assert repository.claim(s, acc.audit_id, "w", 60)
         bench = {"passes_benchmark": passes} | ({"kernel_median_ms": kernel_ms, "reference_median_ms": 1.0} if kernel_ms else {})

@@ -73,13 +73,22 @@ def test_bfloat16_and_int64_keep_their_bits() -> None:
 )
 def test_the_parent_refuses_descriptors_that_lie(tmp_path: Path, descriptor: dict[str, object], why: str) -> None:
     (tmp_path / "outputs-ab-0.bin").write_bytes(b"\0" * 16)
-    with pytest.raises(spill.SpillError, match=why):
-        spill.read_copy(tmp_path, descriptor)
+    folder = spill.open_folder(tmp_path)
+    try:
+        with pytest.raises(spill.SpillError, match=why):
+            spill.read_copy(folder, descriptor)
+    finally:
+        os.close(folder)
 
 
 def test_the_parent_does_not_follow_a_symlink_planted_as_a_spill_file(tmp_path: Path) -> None:
     secret = tmp_path / "secret"
     secret.write_bytes(b"\1" * 4)
     (tmp_path / "outputs-ab-0.bin").symlink_to(secret)
-    with pytest.raises(OSError):
-        spill.read_copy(tmp_path, {"__spill__": "outputs-ab-0.bin", "dtype": "float32", "shape": [1]})
+    folder = spill.open_folder(tmp_path)
+    try:
+        with pytest.raises(OSError):
+            spill.read_copy(folder, {"__spill__": "outputs-ab-0.bin", "dtype": "float32", "shape": [1]})
+    finally:
+        os.close(folder)
+    assert secret.read_bytes() == b"\1" * 4 and not (tmp_path / "outputs-ab-0.bin").exists()

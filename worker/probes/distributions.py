@@ -16,10 +16,12 @@ from typing import Any, Literal
 import torch
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from worker.formats import Definition
-from worker.inputs import Case
+from worker.formats import Definition, Workload
+from worker.inputs import Case, build_case
 from worker.numerics.dtypes import to_torch
+from worker.probes.token_stats import LoadedTokenStats
 from worker.problem_spec import InputGenerator, ProbeSpec
+from worker.reference import Reference
 from worker.text import corpus_token_ids
 
 
@@ -38,6 +40,9 @@ class GenContext:
     axes: dict[str, int]
     done: dict[str, Any]
     gen: torch.Generator
+    # the user's token statistics: real-text ids come from them instead of the built-in corpus
+    token_stats: LoadedTokenStats | None = None
+    notes: list[str] | None = None
 
     def axis(self, axis: str) -> int:
         if axis not in self.axes:
@@ -78,6 +83,7 @@ class HotIdParams(IdsParams):
 class PaddingParams(IdsParams):
     fraction: float = Field(0.3, gt=0, le=1)
     pad_from: str = "padding_idx"
+    pad_value: int | None = Field(None, description="the pad id itself (instead of reading it from input pad_from)")
     base: Literal["zipf_ids", "real_text_ids", "uniform_ids"] = "zipf_ids"
     s: float = Field(1.0, gt=0)
 
@@ -129,6 +135,14 @@ def _zipf_flat(ctx: GenContext, high: int, s: float) -> torch.Tensor:
 
 
 def _real_text_flat(ctx: GenContext, high: int) -> torch.Tensor:
+    if ctx.token_stats is not None:
+        ids, folded = ctx.token_stats.draw(ctx.numel, high, ctx.gen)
+        if ctx.notes is not None:
+            ctx.notes.append(
+                f"input '{ctx.name}': ids drawn from the user's token statistics ({ctx.token_stats.kind}, "
+                f"{ctx.token_stats.source})" + (f"; {folded} ids >= {high} folded into range" if folded else "")
+            )
+        return ids
     stream = corpus_token_ids(high)
     n = ctx.numel
     if stream.numel() <= n:
@@ -163,7 +177,7 @@ def hot_id(ctx: GenContext, p: HotIdParams) -> torch.Tensor:
 
 def padding_heavy(ctx: GenContext, p: PaddingParams) -> torch.Tensor:
     high = ctx.axis(p.high_axis)
-    pad = int(ctx.earlier(p.pad_from))
+    pad = p.pad_value if p.pad_value is not None else int(ctx.earlier(p.pad_from))
     if pad >= high:  # a negative pad is a sentinel such as cross-entropy's ignore_index = -100
         raise ctx.fail(f"pad value {p.pad_from}={pad} is not below {p.high_axis}={high}")
     if p.base == "zipf_ids":
@@ -267,8 +281,36 @@ def generate_input(ctx: GenContext, spec: InputGenerator) -> Any:
     return g.make(ctx, params)
 
 
-def build_probe_case(definition: Definition, probe: ProbeSpec, profile: str, seed: int) -> Case:
+@dataclass(frozen=True)
+class ProbeSources:
+    """What a probe may draw on besides its own generators: the benchmark's workloads and the user's ids."""
+
+    reference: Reference | None = None
+    workloads: tuple[Workload, ...] = ()
+    token_stats: LoadedTokenStats | None = None
+
+
+def _workload_inputs(definition: Definition, probe: ProbeSpec, axes: dict[str, int], seed: int, sources: ProbeSources) -> dict[str, Any]:
+    """The inputs the probe does not list, made the way its base workload makes them, at the probe's axes."""
+    if probe.base_workload is None:
+        return {}
+    base = next((w for w in sources.workloads if w.uuid == probe.base_workload), None)
+    if base is None or sources.reference is None:
+        raise ProbeInputError(f"probe '{probe.name}': base workload '{probe.base_workload}' is not available")
+    var_axes = {a: axes[a] for a in definition.var_axes}
+    try:
+        case = build_case(definition, sources.reference, base.model_copy(update={"axes": var_axes}), seed)
+    except Exception as err:  # noqa: BLE001 - the workload's own generator (custom inputs) rejected these axes
+        raise ProbeInputError(f"probe '{probe.name}': workload '{base.uuid}' inputs at axes {var_axes}: {err}") from err
+    return {n: v for n, v in case.inputs.items() if n not in probe.inputs}
+
+
+def build_probe_case(
+    definition: Definition, probe: ProbeSpec, profile: str, seed: int, sources: ProbeSources | None = None,
+    notes: list[str] | None = None,
+) -> Case:
     """The probe's inputs at the profile's axes, in the definition's input order."""
+    sources = sources or ProbeSources()
     try:
         axes = definition.resolve_axes(probe.axes_for(profile))
     except ValueError as err:
@@ -282,10 +324,11 @@ def build_probe_case(definition: Definition, probe: ProbeSpec, profile: str, see
     def context(name: str) -> GenContext:
         spec = definition.inputs[name]
         shape = None if spec.is_scalar else definition.shape_of(spec, axes)
-        return GenContext(probe.name, name, shape, to_torch(spec.dtype), axes, done, gen)
+        return GenContext(probe.name, name, shape, to_torch(spec.dtype), axes, done, gen, sources.token_stats, notes)
 
     for name, g in probe.inputs.items():
         done[name] = generate_input(context(name), g)
+    done.update(_workload_inputs(definition, probe, axes, seed, sources))
     for name, spec in definition.inputs.items():
         if name in done:
             continue

@@ -19,6 +19,7 @@ class ProbeOutcome(BaseModel):
     noncontiguous: list[str] = Field(default_factory=list)
     kernel_error: str | None = Field(None, description="the kernel raised or its process died on this probe")
     input_error: str | None = Field(None, description="the probe's inputs could not be built (audit.json problem)")
+    not_applicable: str | None = Field(None, description="a derived probe the definition's reference rejects (not run)")
     outputs: list[OutputError] = Field(default_factory=list)
     input_stats: dict[str, Any] = Field(default_factory=dict)
 
@@ -31,6 +32,8 @@ class ProbeOutcome(BaseModel):
         return max((o.worst_ratio for o in self.outputs), default=0.0)
 
     def metrics(self) -> dict[str, Any]:
+        if self.not_applicable:
+            return {"not_applicable": self.not_applicable}
         m: dict[str, Any] = {"passed": self.passed, "worst_ratio": round(self.worst_ratio, 3)}
         if self.kernel_error:
             m["kernel_error"] = self.kernel_error

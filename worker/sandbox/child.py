@@ -99,6 +99,7 @@ OPS: dict[str, Callable[[HarnessState, dict[str, Any]], dict[str, Any]]] = {
 def main() -> None:
     read_fd, write_fd = int(sys.argv[1]), int(sys.argv[2])
     state = HarnessState()
+    spill_dir = spill.open_folder(Path.cwd() / spill.FOLDER)
     while True:
         try:
             msg = framing.read_frame(read_fd)
@@ -106,7 +107,6 @@ def main() -> None:
             return
         op = msg.pop("op", "")
         nonce = msg.pop("nonce", "")
-        spill_dir = Path.cwd() / spill.FOLDER
         try:
             handler = OPS[op]
         except KeyError:

@@ -10,12 +10,15 @@ import subprocess
 import sys
 import tempfile
 import time
+import warnings
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 from worker.formats import Solution
-from worker.sandbox import framing, spill
+from worker.sandbox import framing, isolation, spill
+from worker.sandbox.isolation import Isolation, IsolationPolicy
 
 # The only variables a submission's process sees. Database and broker URLs,
 # API keys and webhook secrets never reach it.
@@ -65,62 +68,138 @@ def scrubbed_env(home: Path, device: str = "cpu") -> dict[str, str]:
     return env
 
 
-def _limit_resources() -> None:  # runs in the child before exec
-    import resource
+def _child_setup(policy: IsolationPolicy | None) -> Callable[[], None]:
+    def setup() -> None:  # runs in the forked process before exec
+        if sys.platform.startswith("linux"):
+            # the child runs in its own session, so a parent killed outright (SIGKILL, OOM) could not
+            # take it down: have the kernel kill it when the parent dies
+            import ctypes
 
-    if sys.platform.startswith("linux"):
-        # the child runs in its own session, so a parent killed outright (SIGKILL, OOM) could not
-        # take it down: have the kernel kill it when the parent dies
-        import ctypes
-        import signal
+            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        # no RLIMIT_AS: CUDA reserves far more virtual memory than it uses
+        isolation.limit_resources(policy)
 
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    resource.setrlimit(resource.RLIMIT_FSIZE, (2 * 1024**3, 2 * 1024**3))
-    # no RLIMIT_AS: CUDA reserves far more virtual memory than it uses
+    return setup
+
+
+def namespaces_available() -> bool:
+    """bubblewrap is installed and can build the sandbox's namespaces here (a trivial run, a few ms)."""
+    bwrap = isolation.bwrap_binary()
+    if bwrap is None:
+        return False
+    argv = [bwrap, "--unshare-pid", "--unshare-net", "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev"]
+    if not isolation.as_root():
+        argv[1:1] = ["--unshare-user"]
+    try:
+        return subprocess.run([*argv, "true"], capture_output=True, timeout=30).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+def default_isolation() -> Isolation:
+    """Namespaces when this host allows them; otherwise "none", said loudly (a developer's own kernel only)."""
+    if namespaces_available():
+        return "namespaces"
+    warnings.warn(
+        "bubblewrap namespaces are not available on this host: the submission runs UNISOLATED, as this user, "
+        "with the network open. Only audit your own kernels this way.",
+        RuntimeWarning,
+        stacklevel=2,
+    )
+    return "none"
 
 
 class Sandbox:
-    """One child process per audit; `request` sends an op and waits for its reply."""
+    """One child process per audit; `request` sends an op and waits for its reply.
+
+    `isolation` is "namespaces" (bubblewrap, see worker.sandbox.isolation) or "none"; left out, the
+    default is namespaces when available (see `default_isolation`). `budget_s` bounds the whole
+    sandbox's life (every request's timeout is cut to what is left of it), across restarts.
+    """
 
     def __init__(self, device: str = "cpu", *, default_timeout_s: float = 300.0, start_timeout_s: float = 120.0,
-                 interrupts: tuple[type[BaseException], ...] = ()) -> None:
+                 interrupts: tuple[type[BaseException], ...] = (), isolation: Isolation | None = None,
+                 policy: IsolationPolicy | None = None, budget_s: float | None = None) -> None:
         self.device = device
         # raised into a request from outside (a Celery time limit): the child is killed and the exception goes on
         self.interrupts = interrupts
         self.default_timeout_s = default_timeout_s
         self.start_timeout_s = start_timeout_s
+        self._isolation: Isolation = isolation if isolation is not None else default_isolation()
+        self.policy = policy or IsolationPolicy()
+        self.budget_s = budget_s
+        self._budget_deadline: float | None = None
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
         self._proc: subprocess.Popen[bytes] | None = None
+        self._ns: isolation.NamespaceInfo | None = None
+        self._spill_fd = -1
         self._to_child = -1
         self._from_child = -1
         self._loaded: Solution | None = None
 
+    @property
+    def isolation(self) -> Isolation:
+        """Which isolation the child runs under, for the audit report."""
+        return self._isolation
+
+    @property
+    def pid_namespace(self) -> int | None:
+        """Inode of the child's PID namespace (namespaces only), to check that nothing in it survives."""
+        return self._ns.pid_namespace if self._ns else None
+
     # lifecycle -----------------------------------------------------------
     def start(self) -> None:
-        self._tmp = tempfile.TemporaryDirectory(prefix="kaudit-sbx-")
-        home = Path(self._tmp.name)
+        if self.budget_s is not None and self._budget_deadline is None:
+            self._budget_deadline = time.monotonic() + self.budget_s
+        # a neutral name: with isolation "none" the child sees this folder as its HOME
+        self._tmp = tempfile.TemporaryDirectory()
+        host = Path(self._tmp.name)
         c_read, p_write = os.pipe()
         p_read, c_write = os.pipe()
-        self._stderr_path = home / "child.log"
-        self._spill_dir = home / spill.FOLDER
-        self._spill_dir.mkdir()
+        self._stderr_path = host / "child.log"
+        self._spill_dir = host / spill.FOLDER
+        self._spill_dir.mkdir(mode=0o700)
+        self._spill_fd = spill.open_folder(self._spill_dir)  # opened before the child exists: it cannot swap it
+        command = [sys.executable, "-m", "worker.sandbox.child", str(c_read), str(c_write)]
+        fds = [c_read, c_write]
+        info_r = info_w = -1
+        if self._isolation == "namespaces":
+            bwrap = isolation.bwrap_binary()
+            if bwrap is None:
+                raise isolation.IsolationUnavailable("bubblewrap (bwrap) is not installed")
+            if isolation.as_root():
+                os.chown(self._spill_dir, self.policy.uid, self.policy.gid)
+            info_r, info_w = os.pipe()
+            fds.append(info_w)
+            command = isolation.bwrap_argv(bwrap, self.policy, self._spill_dir, info_w, self.device, command)
+            home = Path(isolation.WORK_DIR)
+        else:
+            home = host
         stderr = open(self._stderr_path, "wb")  # noqa: SIM115 - closed after Popen
-        self._proc = subprocess.Popen(
-            [sys.executable, "-m", "worker.sandbox.child", str(c_read), str(c_write)],
-            cwd=home,
-            env=scrubbed_env(home, self.device),
-            stdin=subprocess.DEVNULL,
-            stdout=stderr,
-            stderr=stderr,
-            pass_fds=(c_read, c_write),
-            start_new_session=True,
-            preexec_fn=_limit_resources,
-        )
-        stderr.close()
-        os.close(c_read)
-        os.close(c_write)
+        try:
+            self._proc = subprocess.Popen(
+                command,
+                cwd=host,
+                env=scrubbed_env(home, self.device),
+                stdin=subprocess.DEVNULL,
+                stdout=stderr,
+                stderr=stderr,
+                pass_fds=fds,
+                start_new_session=True,
+                preexec_fn=_child_setup(self.policy if self._isolation == "namespaces" else None),
+            )
+        finally:
+            stderr.close()
+            for fd in fds:
+                os.close(fd)
         self._to_child, self._from_child = p_write, p_read
+        if info_r >= 0:
+            try:
+                self._ns = isolation.read_info(info_r, self.start_timeout_s)
+            except (isolation.IsolationUnavailable, ValueError) as err:
+                log = self.log_tail()
+                self.close()
+                raise isolation.IsolationUnavailable(f"the sandbox could not be set up: {err}; {log}") from err
         self.request("hello", {"device": self.device}, timeout_s=self.start_timeout_s)
 
     def close(self) -> None:
@@ -133,6 +212,10 @@ class Sandbox:
                 except OSError:
                     pass
         self._to_child = self._from_child = -1
+        self._ns = None
+        if self._spill_fd >= 0:
+            os.close(self._spill_fd)
+            self._spill_fd = -1
         if self._tmp is not None:
             self._tmp.cleanup()
             self._tmp = None
@@ -140,11 +223,19 @@ class Sandbox:
 
     def _kill(self) -> None:
         assert self._proc is not None
+        if self._ns is not None:
+            # the namespace's init: when it dies the kernel kills every process in the namespace,
+            # whatever session or process group they moved to
+            try:
+                os.kill(self._ns.child_pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
         try:
             os.killpg(self._proc.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
         try:
+            # bwrap exits only once its init is reaped, and init's exit waits for the whole namespace
             self._proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
             pass
@@ -172,19 +263,32 @@ class Sandbox:
         if self._proc is None:
             raise SandboxCrash("sandbox is not running")
         timeout = timeout_s if timeout_s is not None else self.default_timeout_s
+        if self._budget_deadline is not None:
+            left = self._budget_deadline - time.monotonic()
+            if left <= 0:
+                log = self.log_tail()
+                self.close()
+                raise SandboxTimeout(f"the sandbox's total budget of {self.budget_s:.0f} s is spent; the process was killed", log)
+            timeout = min(timeout, left)
         # every reply must echo this request's nonce: a frame the submission forged
         # (or a stream shifted by one) is caught here or at the next request
         nonce = secrets.token_hex(8)
         # large tensors go as files in the sandbox's folder; removed once the reply is in
-        payload, written = spill.spill_message(self._spill_dir, payload, nonce)
+        spill_fd = self._spill_fd
+        try:
+            payload, written = spill.spill_message(spill_fd, payload, nonce)
+        except (spill.SpillError, OSError) as err:
+            log = self.log_tail()
+            self.close()
+            raise SandboxCrash(f"the sandbox's spill folder was tampered with before '{op}': {err}", log) from err
         try:
             return self._exchange(op, nonce, payload, timeout)
         except self.interrupts:  # mid-request the stream is out of step: the child cannot be reused
             self.close()
             raise
         finally:
-            for path in written:
-                path.unlink(missing_ok=True)
+            if self._spill_fd == spill_fd >= 0:  # a sandbox closed meanwhile took its folder with it
+                spill.remove(spill_fd, written)
 
     def _exchange(self, op: str, nonce: str, payload: dict[str, Any], timeout: float) -> dict[str, Any]:
         try:
@@ -222,7 +326,7 @@ class Sandbox:
             self.close()
             raise SandboxCrash(f"the reply to '{op}' is out of sequence: the result channel was written by someone else", log)
         try:
-            reply = spill.unspill_message(self._spill_dir, reply, copy=True)
+            reply = spill.unspill_message(self._spill_fd, reply, copy=True)
         except (spill.SpillError, OSError) as err:
             log = self.log_tail()
             self.close()

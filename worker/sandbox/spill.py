@@ -7,22 +7,27 @@ parent) are spilled; every other value still travels in the frame. A spilled ten
 replaced by a small descriptor: {"__spill__": file name, "dtype": name, "shape": [...]}.
 
 The files give the submission no power it lacks: what it could write into one it could
-return as an output. The parent treats the child's files as hostile input: the name must be a plain name in the
-spill folder, the dtype one of a fixed set, the size exact, symbolic links refused, and the
-bytes are copied out at once (the child could change the file later).
+return as an output. The parent treats everything in the folder as hostile: every file is opened
+relative to a directory descriptor the parent opened itself (the child cannot swap the folder), with
+O_NOFOLLOW (a planted symbolic link is refused, for reading and for writing), O_NONBLOCK (a planted
+FIFO cannot hang the parent) and, for writes, O_EXCL (a planted file of the same name is refused);
+only regular files are read, the name must be a plain name, the dtype one of a fixed set, the size
+exact and under MAX_BYTES, and the bytes are copied out at once (the child could change the file later).
 """
 
 from __future__ import annotations
 
+import mmap
 import os
 import re
-from pathlib import Path
+import stat
 from typing import Any
 
 import torch
 
 SPILL_BYTES = 1 << 20  # tensors at least this large go through files
-FOLDER = "spill"  # inside the sandbox's home, which the child may write anyway
+MAX_BYTES = 64 * 1024**3  # no descriptor may claim more than this
+FOLDER = "spill"  # inside the sandbox's home, the one folder the child may write
 SPILLED_KEYS = ("args", "outputs", "args_after")
 _NAME = re.compile(r"^[a-z]+-[0-9a-f]{1,32}-[0-9]{1,6}\.bin$")
 _DTYPES = {
@@ -47,13 +52,28 @@ def _bytes_of(t: torch.Tensor) -> memoryview:
     return memoryview(flat.view(torch.uint8).numpy()) if flat.numel() else memoryview(b"")
 
 
-def write(folder: Path, name: str, t: torch.Tensor) -> dict[str, Any]:
-    """Write a CPU tensor's bytes to folder/name and return its descriptor."""
+def open_folder(path: str | os.PathLike[str]) -> int:
+    """A descriptor of the spill folder itself (never a link), for every later open relative to it."""
+    return os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+
+
+def write(folder: int, name: str, t: torch.Tensor) -> dict[str, Any]:
+    """Write a CPU tensor's bytes to a new file `name` in the folder and return its descriptor."""
     dtype = _dtype_name(t)
     if dtype not in _DTYPES:
         raise SpillError(f"cannot spill a {t.dtype} tensor")
-    with open(folder / name, "wb") as f:
-        f.write(_bytes_of(t))
+    fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=folder)
+    try:
+        owner = os.fstat(folder)
+        if owner.st_uid != os.geteuid():
+            # a root parent writing for an unprivileged child: the file is the folder owner's (the child maps it)
+            os.fchown(fd, owner.st_uid, owner.st_gid)
+        data = _bytes_of(t)
+        while data:
+            n = os.write(fd, data)
+            data = data[n:]
+    finally:
+        os.close(fd)
     return {"__spill__": name, "dtype": dtype, "shape": list(t.shape)}
 
 
@@ -61,7 +81,7 @@ def is_descriptor(value: object) -> bool:
     return isinstance(value, dict) and "__spill__" in value
 
 
-def _checked(folder: Path, d: dict[str, Any]) -> tuple[Path, torch.dtype, list[int], int]:
+def _checked(d: dict[str, Any]) -> tuple[str, torch.dtype, list[int], int]:
     name, dtype_name, shape = d.get("__spill__"), d.get("dtype"), d.get("shape")
     if not isinstance(name, str) or not _NAME.match(name):
         raise SpillError(f"bad spill file name {name!r}")
@@ -73,44 +93,72 @@ def _checked(folder: Path, d: dict[str, Any]) -> tuple[Path, torch.dtype, list[i
     numel = 1
     for n in shape:
         numel *= n
-    return folder / name, dtype, shape, numel * dtype.itemsize
+    nbytes = numel * dtype.itemsize
+    if nbytes > MAX_BYTES:
+        raise SpillError(f"spill descriptor claims {nbytes} bytes, over the limit of {MAX_BYTES}")
+    return name, dtype, shape, nbytes
 
 
-def read_copy(folder: Path, d: dict[str, Any]) -> torch.Tensor:
-    """Parent side: a private copy of a tensor the child spilled, checked against its descriptor."""
-    path, dtype, shape, nbytes = _checked(folder, d)
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-    try:
-        if os.fstat(fd).st_size != nbytes:
-            raise SpillError(f"spill file {path.name} holds {os.fstat(fd).st_size} bytes, its descriptor says {nbytes}")
-        out = torch.empty(shape, dtype=dtype)
-        if nbytes:
-            view = memoryview(out.reshape(-1).view(torch.uint8).numpy())
-            got = 0
-            while got < nbytes:
-                n = os.readv(fd, [view[got:]])
-                if n <= 0:
-                    raise SpillError(f"spill file {path.name} ended early")
-                got += n
-    finally:
+def _open_regular(folder: int, name: str, flags: int) -> int:
+    fd = os.open(name, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=folder)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
         os.close(fd)
-        path.unlink(missing_ok=True)
+        raise SpillError(f"spill file {name} is not a regular file")
+    return fd
+
+
+def read_copy(folder: int, d: dict[str, Any]) -> torch.Tensor:
+    """Parent side: a private copy of a tensor the child spilled, checked against its descriptor."""
+    name, dtype, shape, nbytes = _checked(d)
+    try:
+        fd = _open_regular(folder, name, os.O_RDONLY)
+        try:
+            size = os.fstat(fd).st_size
+            if size != nbytes:
+                raise SpillError(f"spill file {name} holds {size} bytes, its descriptor says {nbytes}")
+            out = torch.empty(shape, dtype=dtype)
+            if nbytes:
+                view = memoryview(out.reshape(-1).view(torch.uint8).numpy())
+                got = 0
+                while got < nbytes:
+                    n = os.readv(fd, [view[got:]])
+                    if n <= 0:
+                        raise SpillError(f"spill file {name} ended early")
+                    got += n
+        finally:
+            os.close(fd)
+    finally:
+        remove(folder, [name])
     return out
 
 
-def map_input(folder: Path, d: dict[str, Any]) -> torch.Tensor:
-    """Child side: the parent's input, mapped from its file without a copy."""
-    path, dtype, shape, nbytes = _checked(folder, d)
+def map_input(folder: int, d: dict[str, Any]) -> torch.Tensor:
+    """Child side: the parent's input, mapped from its file without a copy (writes reach the file)."""
+    name, dtype, shape, nbytes = _checked(d)
     if nbytes == 0:
         return torch.empty(shape, dtype=dtype)
-    numel = nbytes // dtype.itemsize
-    return torch.from_file(str(path), shared=True, size=numel, dtype=dtype).view(shape)
+    fd = _open_regular(folder, name, os.O_RDWR)
+    try:
+        if os.fstat(fd).st_size != nbytes:
+            raise SpillError(f"spill file {name} does not hold {nbytes} bytes")
+        mapped = mmap.mmap(fd, nbytes, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+    finally:
+        os.close(fd)
+    return torch.frombuffer(mapped, dtype=dtype, count=nbytes // dtype.itemsize).view(shape)
 
 
-def spill_message(folder: Path, message: dict[str, Any], tag: str) -> tuple[dict[str, Any], list[Path]]:
-    """Replace the large tensors of the spilled keys by descriptors; returns the files written."""
+def remove(folder: int, names: list[str]) -> None:
+    for name in names:
+        try:
+            os.unlink(name, dir_fd=folder)  # a link planted under this name is removed, not followed
+        except FileNotFoundError:
+            pass
+
+
+def spill_message(folder: int, message: dict[str, Any], tag: str) -> tuple[dict[str, Any], list[str]]:
+    """Replace the large tensors of the spilled keys by descriptors; returns the names of the files written."""
     out = dict(message)
-    written: list[Path] = []
+    written: list[str] = []
     for key in SPILLED_KEYS:
         values = message.get(key)
         if not isinstance(values, list):
@@ -120,14 +168,14 @@ def spill_message(folder: Path, message: dict[str, Any], tag: str) -> tuple[dict
             if isinstance(v, torch.Tensor) and v.device.type == "cpu" and v.nbytes >= SPILL_BYTES and _dtype_name(v) in _DTYPES:
                 name = f"{key.replace('_', '')}-{tag}-{i}.bin"
                 new.append(write(folder, name, v))
-                written.append(folder / name)
+                written.append(name)
             else:
                 new.append(v)
         out[key] = new
     return out, written
 
 
-def unspill_message(folder: Path, message: dict[str, Any], *, copy: bool) -> dict[str, Any]:
+def unspill_message(folder: int, message: dict[str, Any], *, copy: bool) -> dict[str, Any]:
     """Replace descriptors by tensors: private copies (parent) or mappings (child)."""
     out = dict(message)
     for key in SPILLED_KEYS:

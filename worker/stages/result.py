@@ -21,6 +21,19 @@ class Verdict(StrEnum):
     error = "error"
 
 
+class AuditOutcome(StrEnum):
+    """How an audit ended: the verdict, or `timed_out` when the kernel hung (the service's final audit statuses)."""
+
+    passed = "passed"
+    failed = "failed"
+    error = "error"
+    timed_out = "timed_out"
+
+    @classmethod
+    def of(cls, verdict: Verdict) -> AuditOutcome:
+        return {Verdict.pass_: cls.passed, Verdict.fail: cls.failed, Verdict.error: cls.error}[verdict]
+
+
 # worst first: a verdict is the worst stage
 _SEVERITY = {StageStatus.error: 3, StageStatus.failed: 2, StageStatus.passed: 1, StageStatus.skipped: 0}
 
@@ -44,6 +57,7 @@ class AuditReport(BaseModel):
     device: str
     profile: str
     verdict: Verdict
+    outcome: AuditOutcome
     summary: str
     stages: list[StageResult]
 

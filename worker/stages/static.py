@@ -8,6 +8,10 @@ a rule id and why the pattern matters. Rules of severity "fail" fail the stage;
 reported but do not fail it: correct kernels cast to bf16 at the end, and the
 numerics stages judge whether a downcast hurts.
 
+A second rule source, kernelguard from PyPI (worker/static/kernelguard_rules.py),
+runs beside our own rules in a separate process; its proof-level patterns fail,
+its signals warn.
+
 A static scan is a first line only: anything it misses at run time is caught by
 the sandbox (timers checked for tampering, outputs poisoned, fresh inputs).
 """
@@ -18,6 +22,7 @@ from collections.abc import Iterator
 
 from worker.context import AuditContext
 from worker.stages.result import StageResult, StageStatus
+from worker.static.kernelguard_rules import KERNELGUARD_VERSION, scan_solution_with_kernelguard
 from worker.static.rules import ALL_RULES, Finding, Severity
 from worker.static.scanner import scan_solution
 
@@ -33,7 +38,7 @@ def _iter_rules(findings: list[Finding], severity: Severity) -> Iterator[str]:
 
 
 def run(ctx: AuditContext) -> StageResult:
-    findings = scan_solution(ctx.solution)
+    findings = [*scan_solution(ctx.solution), *scan_solution_with_kernelguard(ctx.solution)]
     fails = [f for f in findings if f.severity == "fail"]
     warns = [f for f in findings if f.severity == "warn"]
     metrics = {
@@ -43,7 +48,11 @@ def run(ctx: AuditContext) -> StageResult:
         "fail_rules": list(_iter_rules(findings, "fail")),
         "warn_rules": list(_iter_rules(findings, "warn")),
     }
-    evidence = {"findings": [f.model_dump() for f in findings], "rules": {r.id: r.severity for r in ALL_RULES}}
+    evidence = {
+        "findings": [f.model_dump() for f in findings],
+        "rules": {r.id: r.severity for r in ALL_RULES},
+        "rule_sources": {"kaudit": "worker/static", "kernelguard": KERNELGUARD_VERSION},
+    }
     warn_note = f" ({len(warns)} warning(s): {', '.join(metrics['warn_rules'])})" if warns else ""
     if fails:
         first = fails[0]

@@ -40,6 +40,17 @@ ALL_RULES = [
     Rule(id="cross-call-state", severity="warn", why="keeps state across calls (globals or memoized helpers)"),
     Rule(id="file-access", severity="warn", why="opens files: a kernel should not need any"),
     Rule(id="env-read", severity="warn", why="reads the environment, which can tell a benchmark run from a real one"),
+    Rule(id="env-sniff", severity="fail", why=(
+        "probes where it runs (the process table, its parent, host, user, working folder, the whole environment or the"
+        " harness's names): a kernel computes the same thing anywhere, and one that can tell the audit from a real run"
+        " can be exact only while watched"
+    )),
+    Rule(id="foreign-code", severity="fail", why="runs code that is not the scanned Python (a shipped binary, a pickle, a loader or a data file)"),
+    Rule(id="native-extension", severity="warn", why="builds C++/CUDA at run time: allowed for cuda/cpp solutions; its sources are not scanned here"),
+    Rule(id="kernelguard", severity="fail", why="kernelguard (PyPI) classifies this pattern as a hack on its own"),
+    Rule(id="kernelguard-signal", severity="warn", why="kernelguard (PyPI) reports this pattern as a signal, not proof"),
+    Rule(id="kernelguard-incomplete", severity="warn", why="kernelguard's checks did not complete; the scan's own rules still ran"),
+    Rule(id="kernelguard-timeout", severity="fail", why="kernelguard's checks did not finish in time: the source is built to stall a checker"),
     Rule(id="cuda-graph", severity="warn", why="CUDA graph replay reuses captured pointers and can skip work"),
     Rule(id="unparsed", severity="warn", why="this file is not Python and was not scanned"),
 ]

@@ -1,0 +1,1 @@
+"""What every router shares: typed dependencies (deps.py)."""

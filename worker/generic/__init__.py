@@ -1,0 +1,1 @@
+"""The generic audit path for definitions nobody curated: fp64 oracle by promotion, probes derived from the definition."""

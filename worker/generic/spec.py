@@ -1,0 +1,167 @@
+"""Derive an audit spec (budgets and probes) from an uncurated definition and its workloads.
+
+The probes start from a base workload of the profile (the median one by input size), draw their
+axes from the audit's seed (worker.generic.shapes) and make every input they do not list the way
+that workload makes it (`ProbeSpec.base_workload`). Each probe carries the reason it applies; the
+plan lists the probes that do not apply and why.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from pydantic import BaseModel, Field
+
+from worker.formats import Definition, Workload
+from worker.generic import shapes
+from worker.generic.roles import InputRole, classify, pad_scalar
+from worker.generic.structure import Structure, infer_structure
+from worker.inputs import build_case
+from worker.problem_spec import AuditSpec, BucketBy, InputGenerator, OutputBudget, ProbeSpec
+from worker.reference import Reference
+
+SCALES = (1e-4, 1e-2, 1e3)
+LONG_FACTOR = {"cpu": 8, "gpu": 4}
+MAX_LONG_AXES = 2
+
+
+class GenericPlan(BaseModel):
+    """What the generic path decided for one audit, and why."""
+
+    spec: AuditSpec
+    base_workload: str
+    base_axes: dict[str, int]
+    roles: dict[str, InputRole]
+    structure: Structure
+    skipped: list[str] = Field(default_factory=list, description="probes that do not apply, with the reason")
+
+    def report(self) -> dict[str, object]:
+        return {
+            "base_workload": self.base_workload,
+            "base_axes": self.base_axes,
+            "inputs": {n: r.model_dump(exclude_none=True) for n, r in self.roles.items()},
+            "structure": self.structure.model_dump(),
+            "applied": {p.name: p.why for p in self.spec.probes},
+            "not_applied": self.skipped,
+        }
+
+
+def _size(definition: Definition, w: Workload) -> int:
+    try:
+        return shapes.numel_of(definition, {a: w.axes[a] for a in definition.var_axes})
+    except (KeyError, ValueError):
+        return 0
+
+
+def base_workload(definition: Definition, workloads: tuple[Workload, ...]) -> Workload:
+    """The median workload by input size: realistic but not the slowest."""
+    usable = [w for w in workloads if all(a in w.axes for a in definition.var_axes)]
+    if not usable:
+        raise ValueError(f"{definition.name}: no workload gives every var axis {definition.var_axes}")
+    ranked = sorted(usable, key=lambda w: _size(definition, w))
+    return ranked[(len(ranked) - 1) // 2]
+
+
+def _scalar_inputs(roles: dict[str, InputRole]) -> dict[str, InputGenerator]:
+    """Scalars tied to an axis follow the drawn axes; the others keep the workload's value."""
+    return {n: InputGenerator(kind="from_axis", axis=r.tied_axis) for n, r in roles.items() if r.role == "scalar" and r.tied_axis}
+
+
+def _budgets(definition: Definition, structure: Structure, roles: dict[str, InputRole], precision_ratio: float) -> dict[str, OutputBudget]:
+    budgets = {}
+    ids = [r for r in roles.values() if r.role == "ids"]
+    for name, spec in definition.outputs.items():
+        g = structure.outputs.get(name)
+        dims = g.group_dims if g else []
+        bucket = None
+        shape = spec.shape or []
+        if len(dims) == 1 and ids:
+            hit = next((r for r in ids if shape[dims[0]] == r.high_axis), None)
+            if hit is not None:
+                bucket = BucketBy(kind="index_count", input=hit.name)
+        budgets[name] = OutputBudget(group_dims=dims, max_ratio=precision_ratio, bucket_by=bucket)
+    return budgets
+
+
+def derive_plan(
+    definition: Definition, workloads: tuple[Workload, ...], profile: str, seed: int, *, max_ratio: float = 4.0
+) -> GenericPlan:
+    """Budgets and probes for `definition`, drawn from `seed` (one plan per audit)."""
+    base = base_workload(definition, workloads)
+    gen = torch.Generator().manual_seed(seed)
+    base_axes = {a: int(base.axes[a]) for a in definition.var_axes}
+    roles = classify(definition, base)
+    reference = Reference.of(definition)
+    small = min(workloads, key=lambda w: _size(definition, w) or math.inf)
+    try:
+        small_case = build_case(definition, reference, small, seed)
+        structure = infer_structure(definition, small_case, seed)
+    except Exception as err:  # noqa: BLE001 - the workload's own inputs failed to build: judge outputs whole
+        structure = Structure(note=f"could not build workload '{small.uuid}' to read the structure: {type(err).__name__}: {err}"[:300])
+    scalars = _scalar_inputs(roles)
+    probes: list[ProbeSpec] = []
+    skipped: list[str] = []
+    floats = [n for n, r in roles.items() if r.role == "float"]
+    ids = [r for r in roles.values() if r.role == "ids"]
+    tensors = [n for n, s in definition.inputs.items() if not s.is_scalar and s.shape]
+
+    def add(name: str, why: str, axes: dict[str, int], inputs: dict[str, InputGenerator] | None = None, **extra: object) -> None:
+        probes.append(
+            ProbeSpec(name=name, why=why, axes=axes, gpu_axes=axes, inputs={**(inputs or {}), **scalars}, base_workload=base.uuid, **extra)  # type: ignore[arg-type]
+        )
+
+    add("workload_like", f"the benchmark's own distribution at axes drawn within +-{shapes.JITTER:.0%} of workload "
+        f"'{base.uuid}': the baseline, and the case for the behavioural checks", shapes.jittered(definition, base_axes, gen))
+    for name in floats:
+        for scale in SCALES:
+            add(f"scale_{scale:g}:{name}", f"'{name}' at std {scale:g} (activations and gradients span 1e-4..1e3 in "
+                "training): catches fp16 overflow, lost eps, underflowing sums of squares",
+                shapes.jittered(definition, base_axes, gen), {name: InputGenerator(kind="normal", std=scale)})
+    odd_axes = shapes.odd(definition, base_axes, gen)
+    if odd_axes != base_axes:
+        add("odd_shape", "axis sizes that are multiples of no block size: tail masks must be right", odd_axes)
+    else:
+        skipped.append("odd_shape: no var axis can take an odd size under the definition's constraints")
+    if tensors:
+        add("strided", "inputs handed over as strided views (slices of a fused buffer): a kernel that assumes "
+            "contiguous rows reads the wrong elements", shapes.jittered(definition, base_axes, gen), noncontiguous=tensors)
+    reducible = [a for a in structure.reduced_axes if a in base_axes]
+    for axis in reducible[:MAX_LONG_AXES]:
+        axes = shapes.long_axis(definition, base_axes, axis, LONG_FACTOR.get(profile, 4), gen)
+        if axes is None:
+            skipped.append(f"long_reduction:{axis}: no longer size fits the constraints and the size budget")
+            continue
+        add(f"long_reduction:{axis}", f"the reference reduces over '{axis}'; a {axes[axis]}-long reduction shows a "
+            "low-precision accumulator's error growing with length", axes)
+    if not reducible:
+        skipped.append(f"long_reduction: {structure.note or 'no var axis is reduced over'}")
+    pad = pad_scalar(definition, base)
+    for r in ids:
+        high = r.high_axis or ""
+        one = {"high_axis": high}
+        add(f"zipf_ids:{r.name}", f"'{r.name}' are ids ({r.why}): Zipf s=1.1 as token frequencies are",
+            shapes.jittered(definition, base_axes, gen), {r.name: InputGenerator(kind="zipf_ids", s=1.1, **one)})
+        add(f"real_text_ids:{r.name}", f"'{r.name}' as real text tokenizes (or the user's token statistics)",
+            shapes.jittered(definition, base_axes, gen), {r.name: InputGenerator(kind="real_text_ids", **one)})
+        add(f"hot_id:{r.name}", f"half of '{r.name}' one id (a frequent token, a collapsed router): many "
+            "contributions land on one row", shapes.jittered(definition, base_axes, gen),
+            {r.name: InputGenerator(kind="hot_id", fraction=0.5, **one)}, adversarial=True)
+        if pad is None:
+            skipped.append(f"padding:{r.name}: the definition has no pad/ignore scalar")
+            continue
+        axes = shapes.jittered(definition, base_axes, gen)
+        pad_name, pad_value = pad
+        if pad_value >= definition.resolve_axes(axes).get(high, 0):
+            skipped.append(f"padding:{r.name}: pad value {pad_name}={pad_value} is outside the ids' range")
+            continue
+        pad_inputs: dict[str, InputGenerator] = {}
+        if pad_value < 0 and "pad" in pad_name.lower():  # padding_idx = -1 means "no pad row": make one, id 0
+            pad_value = 0
+            pad_inputs[pad_name] = InputGenerator(kind="scalar", value=0)
+        add(f"padding:{r.name}", f"30% of '{r.name}' the pad value {pad_value} ({pad_name}), as padded batches are",
+            axes, {**pad_inputs, r.name: InputGenerator(kind="padding_heavy", fraction=0.3, pad_value=pad_value, **one)})
+    if not ids:
+        skipped.append("id distributions: no integer input is named or described as token ids, indices or targets")
+    spec = AuditSpec(budgets=_budgets(definition, structure, roles, max_ratio), probes=probes)
+    return GenericPlan(spec=spec, base_workload=base.uuid, base_axes=base_axes, roles=roles, structure=structure, skipped=skipped)

@@ -1,0 +1,214 @@
+"""OS isolation of the sandbox child through bubblewrap (Debian package `bubblewrap`).
+
+What the child gets (policy "namespaces"):
+- its own PID namespace (it sees only its own processes; killing the namespace's init, which
+  `kill_namespace` does, makes the kernel kill every process in it, `setsid` daemons included),
+  network namespace with no interface but loopback, IPC, UTS and (where possible) cgroup namespaces;
+- an unprivileged uid/gid (65534 by default) without capabilities and with no_new_privs: as root, bwrap
+  builds the namespaces and `setpriv` drops to that uid on the host as well (so RLIMIT_NPROC counts
+  and file permissions apply); as a non-root worker (the Docker image), bwrap maps the worker's uid
+  to that uid inside a new user namespace and nested user namespaces are disabled;
+- a mount namespace that shows only what Python and torch need, read-only (/usr, the interpreter's
+  prefix, the environment's site-packages, the engine's own `worker` package, a few /etc files, CUDA
+  devices and /sys on GPU workers), a private size-capped tmpfs at /tmp holding its HOME, TMPDIR and
+  Triton cache (gone when the namespace dies), and one read-write folder, the spill folder;
+- resource limits (set before exec, inherited): processes, open files, file size, CPU seconds, data
+  segment (memory), no core dumps.
+Policy "none" runs the child as the worker's user with only the scrubbed environment, its own session
+and the rlimits: for a developer's own kernel, never for untrusted code.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import select
+import shutil
+import sys
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Isolation = Literal["namespaces", "none"]
+
+# inside the sandbox: neutral names, nothing that says "audit"
+WORK_DIR = "/tmp/work"
+_ETC = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "passwd", "group", "nsswitch.conf",
+        "localtime", "os-release")
+_TOP_LEVEL = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
+
+GiB = 1024**3
+
+
+class IsolationPolicy(BaseModel):
+    """Limits and identity for one sandbox child."""
+
+    model_config = ConfigDict(frozen=True)
+
+    uid: int = Field(65534, ge=1)
+    gid: int = Field(65534, ge=1)
+    max_processes: int = Field(256, ge=8, description="RLIMIT_NPROC: threads count too (torch starts one per core)")
+    max_open_files: int = Field(1024, ge=64)
+    max_file_bytes: int = Field(2 * GiB, ge=1)
+    max_cpu_seconds: int = Field(4 * 3600, ge=1)
+    max_data_bytes: int | None = Field(
+        16 * GiB, description="RLIMIT_DATA (heap and private writable mappings); None: unlimited"
+    )
+    tmp_bytes: int = Field(4 * GiB, ge=1 << 20, description="size of the private /tmp (HOME, Triton cache)")
+
+
+class IsolationUnavailable(RuntimeError):
+    """bubblewrap is missing or the host does not allow the namespaces it needs."""
+
+
+def bwrap_binary() -> str | None:
+    return shutil.which("bwrap")
+
+
+def _ro_roots(device: str) -> list[Path]:
+    """Host paths the child needs to read, bound at the same place."""
+    import worker
+
+    paths = [Path("/usr"), Path(sys.prefix), Path(sys.base_prefix), Path(sys.executable).resolve().parent.parent,
+             Path(worker.__file__).resolve().parent]
+    for entry in sys.path:
+        # site-packages folders outside the prefixes (a user site, PYTHONPATH entries are not bound:
+        # only the engine's own package and the environment's packages)
+        p = Path(entry)
+        if p.name in ("site-packages", "dist-packages") and p.is_dir():
+            paths.append(p.resolve())
+    for var in ("CUDA_HOME", "CUDA_PATH"):
+        if os.environ.get(var):
+            paths.append(Path(os.environ[var]))
+    for entry in os.environ.get("LD_LIBRARY_PATH", "").split(":"):
+        if entry:
+            paths.append(Path(entry))
+    if device.startswith("cuda"):
+        paths.append(Path("/sys"))
+    return _outermost([p for p in paths if p.exists() and p != Path("/")])
+
+
+def _outermost(paths: list[Path]) -> list[Path]:
+    """Drop paths inside another listed path; keep order stable."""
+    out: list[Path] = []
+    for p in sorted(set(paths), key=lambda q: len(q.parts)):
+        if not any(p == q or q in p.parents for q in out):
+            out.append(p)
+    return out
+
+
+def _gpu_devices() -> list[str]:
+    dev = Path("/dev")
+    return sorted(str(p) for p in dev.glob("nvidia*")) + ([str(dev / "dri")] if (dev / "dri").exists() else [])
+
+
+def as_root() -> bool:
+    return os.geteuid() == 0
+
+
+def bwrap_argv(bwrap: str, policy: IsolationPolicy, spill_host: Path, info_fd: int, device: str,
+               command: list[str]) -> list[str]:
+    """The full argv: bwrap's options, then (as root) setpriv dropping to the policy's uid, then `command`."""
+    argv = [bwrap, "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+            "--hostname", "localhost", "--die-with-parent", "--new-session", "--info-fd", str(info_fd)]
+    if as_root():
+        # bwrap builds the namespaces with real root; setpriv then becomes the unprivileged uid
+        argv += ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+    else:
+        argv += ["--unshare-user", "--disable-userns", "--uid", str(policy.uid), "--gid", str(policy.gid),
+                 "--cap-drop", "ALL"]
+    for name in _TOP_LEVEL:
+        host = Path("/") / name
+        if host.is_symlink():
+            argv += ["--symlink", os.readlink(host), str(host)]
+        elif host.is_dir():
+            argv += ["--ro-bind", str(host), str(host)]
+    for root in _ro_roots(device):
+        argv += _mkdirs(root.parent) + ["--ro-bind", str(root), str(root)]
+    for name in _ETC:
+        host = Path("/etc") / name
+        if host.exists():
+            argv += ["--ro-bind", str(host), str(host)]
+    argv += ["--proc", "/proc", "--dev", "/dev"]
+    if device.startswith("cuda"):
+        for node in _gpu_devices():
+            argv += ["--dev-bind", node, node]
+    # as root the tmpfs is root's: the child's uid needs to write its HOME there (nobody else is inside)
+    argv += ["--perms", "1777", "--size", str(policy.tmp_bytes), "--tmpfs", "/tmp",
+             "--perms", "0777" if as_root() else "0700", "--dir", WORK_DIR,
+             "--bind", str(spill_host), f"{WORK_DIR}/{spill_host.name}",
+             "--chdir", WORK_DIR]
+    if as_root():
+        setpriv = shutil.which("setpriv")
+        if setpriv is None:
+            raise IsolationUnavailable("setpriv (util-linux) is missing: cannot drop to an unprivileged uid")
+        argv += ["--", setpriv, f"--reuid={policy.uid}", f"--regid={policy.gid}", "--clear-groups",
+                 "--no-new-privs", "--inh-caps=-all", "--"]
+    else:
+        argv += ["--"]
+    return argv + command
+
+
+def _mkdirs(parent: Path) -> list[str]:
+    """bwrap creates missing parents 0700 as root: make them traversable first."""
+    out: list[str] = []
+    for p in reversed([parent, *parent.parents]):
+        if p != Path("/"):
+            out += ["--perms", "0755", "--dir", str(p)]
+    return out
+
+
+def limit_resources(policy: IsolationPolicy | None) -> None:
+    """Runs in the forked child before exec (bwrap or python); the limits are inherited."""
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    if policy is None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (2 * GiB, 2 * GiB))
+        return
+    for res, value in (
+        (resource.RLIMIT_NPROC, policy.max_processes),
+        (resource.RLIMIT_NOFILE, policy.max_open_files),
+        (resource.RLIMIT_FSIZE, policy.max_file_bytes),
+        (resource.RLIMIT_CPU, policy.max_cpu_seconds),
+        (resource.RLIMIT_DATA, policy.max_data_bytes),
+    ):
+        if value is not None:
+            resource.setrlimit(res, (value, value))
+
+
+class NamespaceInfo(BaseModel):
+    """What bwrap reports on --info-fd: the host pid of the namespace's init and the namespaces' inodes."""
+
+    child_pid: int = Field(alias="child-pid")
+    pid_namespace: int | None = Field(None, alias="pid-namespace")
+    net_namespace: int | None = Field(None, alias="net-namespace")
+
+
+def read_info(fd: int, timeout_s: float) -> NamespaceInfo:
+    """Waits until bwrap has written its info (it does before running the command), then closes fd."""
+    with os.fdopen(fd, "rb") as f:
+        ready, _, _ = select.select([f], [], [], timeout_s)
+        if not ready:
+            raise IsolationUnavailable(f"bubblewrap did not set up the sandbox within {timeout_s:.0f} s")
+        data = f.read()
+    if not data:
+        raise IsolationUnavailable("bubblewrap exited before setting up the sandbox")
+    return NamespaceInfo.model_validate(json.loads(data))
+
+
+def processes_in_pid_namespace(ns_inode: int) -> list[int]:
+    """Host pids of live processes whose PID namespace has this inode."""
+    found = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            if os.stat(f"/proc/{d}/ns/pid").st_ino != ns_inode:
+                continue
+            state = Path(f"/proc/{d}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state not in ("Z", "X"):
+            found.append(int(d))
+    return found

@@ -1,0 +1,88 @@
+"""Cache detection for the static scan: which containers outlive a call, and what their keys are built from.
+
+A key built from object identity (`data_ptr()`, `id()`, storage) replays old outputs (rule output-cache,
+fail); a key built from shapes is how workspaces are reused as well as how outputs are replayed
+(rule shape-keyed-cache, warn). Keys are followed through local names (`key = x.data_ptr(); _C[key]`).
+"""
+
+from __future__ import annotations
+
+import ast
+
+from worker.static.names import ImportAliases
+from worker.static.patterns import (
+    CONTAINER_CTORS,
+    IDENTITY_KEY_ATTRS,
+    IDENTITY_KEY_CALLS,
+    SHAPE_KEY_ATTRS,
+    SHAPE_KEY_CALLS,
+)
+
+KeyKind = tuple[str, str]  # (rule id, what the key is built from)
+
+
+def is_container(value: ast.AST, aliases: ImportAliases) -> bool:
+    """A literal or constructed dict/list/set: state when it lives at module level or as a default."""
+    if isinstance(value, (ast.Dict, ast.List, ast.Set, ast.DictComp)):
+        return True
+    if isinstance(value, ast.Call):
+        return aliases.qualname(value.func) in CONTAINER_CTORS
+    return False
+
+
+def module_containers(tree: ast.Module, aliases: ImportAliases) -> set[str]:
+    """Names of containers assigned at module level, known before the functions that use them are visited."""
+    out: set[str] = set()
+    for n in tree.body:
+        if isinstance(n, ast.Assign) and is_container(n.value, aliases):
+            out.update(t.id for t in n.targets if isinstance(t, ast.Name))
+        elif isinstance(n, ast.AnnAssign) and n.value is not None and is_container(n.value, aliases):
+            if isinstance(n.target, ast.Name):
+                out.add(n.target.id)
+    return out
+
+
+class KeyTracker:
+    """Per function scope: local names holding a value built from identities or shapes."""
+
+    def __init__(self) -> None:
+        self._scopes: list[dict[str, KeyKind]] = []
+
+    def enter(self) -> None:
+        self._scopes.append({})
+
+    def leave(self) -> None:
+        self._scopes.pop()
+
+    def note_assign(self, name: str, value: ast.AST) -> None:
+        if not self._scopes:
+            return
+        kind = self.kind(value)
+        if kind:
+            self._scopes[-1][name] = kind
+        else:
+            self._scopes[-1].pop(name, None)
+
+    def kind(self, expr: ast.AST) -> KeyKind | None:
+        """(rule, what) when a cache key is built from object identity (fail) or shapes (warn)."""
+        local = self._scopes[-1] if self._scopes else {}
+        shape: str | None = None
+        for n in ast.walk(expr):
+            if isinstance(n, ast.Name) and n.id in local:
+                rule, what = local[n.id]
+                if rule == "output-cache":
+                    return rule, f"{what} (via {n.id})"
+                shape = shape or f"{what} (via {n.id})"
+            if isinstance(n, ast.Call):
+                f = n.func
+                name = f.attr if isinstance(f, ast.Attribute) else (f.id if isinstance(f, ast.Name) else "")
+                if name in IDENTITY_KEY_CALLS:
+                    return "output-cache", f"{name}()"
+                if name in SHAPE_KEY_CALLS:
+                    shape = shape or f"{name}()"
+            if isinstance(n, ast.Attribute):
+                if n.attr in IDENTITY_KEY_ATTRS:
+                    return "output-cache", f".{n.attr}"
+                if n.attr in SHAPE_KEY_ATTRS:
+                    shape = shape or f".{n.attr}"
+        return ("shape-keyed-cache", shape) if shape else None
