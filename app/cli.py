@@ -11,6 +11,7 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from worker.catalogue import Catalogue, load_catalogue
@@ -33,8 +34,15 @@ _STATUS_STYLE = {
 }
 
 
+MAX_MESSAGE_CHARS = 2000
+
+
 def _usage_error(console: Console, message: str) -> typer.Exit:
-    console.print(f"[red]error:[/red] {message}", soft_wrap=True, markup=True, highlight=False)
+    """One line on stderr (whitespace folded, length bounded), then exit 2."""
+    line = " ".join(message.split())
+    if len(line) > MAX_MESSAGE_CHARS:
+        line = line[: MAX_MESSAGE_CHARS - 1] + "…"
+    console.print(f"[red]error:[/red] {escape(line)}", soft_wrap=True, markup=True, highlight=False)
     return typer.Exit(code=2)
 
 
@@ -160,9 +168,19 @@ def serve(
     new_admin_key: Annotated[bool, typer.Option("--new-admin-key", help="print a fresh admin API key")] = False,
 ) -> None:
     """Start the service on this machine: API + worker, SQLite, no broker server; prints the URL and an admin key."""
+    from app.serve import PortUnavailable
     from app.serve import serve as run_service
 
-    run_service(data_dir, host, port, device=device, stages=stages, new_admin_key=new_admin_key)
+    if device not in ("cpu", "cuda") and not device.startswith("cuda:"):
+        raise _usage_error(Console(stderr=True), f"--device must be cpu or cuda, not '{device}'")
+    try:
+        parse_stages(stages)
+    except ValueError as e:
+        raise _usage_error(Console(stderr=True), f"--stages: {e}") from e
+    try:
+        run_service(data_dir, host, port, device=device, stages=stages, new_admin_key=new_admin_key)
+    except PortUnavailable as e:
+        raise _usage_error(Console(stderr=True), str(e)) from e
 
 
 if __name__ == "__main__":

@@ -6,25 +6,27 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-from fastapi import FastAPI, Request
+from fastapi import Depends, FastAPI
 from fastapi.openapi.utils import get_openapi
-from fastapi.responses import JSONResponse
 
 from app.api.deps import Services
 from app.audits.queue import AuditQueue
 from app.auth.keycache import KeyCache
 from app.auth.ratelimit import RateLimiter
+from app.auth.readers import require_reader
 from app.auth.router import router as auth_router
 from app.core.bodylimit import BodyLimitMiddleware
 from app.core.cache import ResponseCache
 from app.core.db import make_engine, make_sessionmaker
+from app.core.errors import ErrorBody, install_error_handlers
 from app.core.settings import Settings
+from app.dashboard.routes import router as dashboard_router
+from app.definitions.router import router as definitions_router
 from app.leaderboard.router import router as leaderboard_router
 from app.problems.index import ProblemIndex
 from app.problems.router import router as problems_router
-from app.submissions.parsing import InvalidSubmission
-from app.submissions.router import invalid_response
 from app.submissions.router import router as submissions_router
+from app.webhooks.router import router as webhooks_router
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -50,12 +52,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         leaderboards=ResponseCache(ttl_s=settings.leaderboard_cache_s),
     )
     app.add_middleware(BodyLimitMiddleware, limit=settings.body_limit_bytes)
-    for r in (submissions_router, problems_router, leaderboard_router, auth_router):
+    for r in (submissions_router, definitions_router, auth_router, webhooks_router, dashboard_router):
         app.include_router(r)
+    for r in (problems_router, leaderboard_router):  # public unless KAUDIT_PUBLIC_READ=false (app/auth/readers.py)
+        app.include_router(r, dependencies=[Depends(require_reader)])
 
-    @app.exception_handler(InvalidSubmission)
-    async def _invalid_submission(_request: Request, err: InvalidSubmission) -> JSONResponse:
-        return invalid_response(err.errors)
+    install_error_handlers(app)
 
     @app.get("/healthz", tags=["meta"])
     def healthz() -> dict[str, str]:
@@ -70,7 +72,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             comps = schema.setdefault("components", {}).setdefault("schemas", {})
             comps.update(sol.pop("$defs", {}))
             comps["Solution"] = sol
-            comps["HTTPValidationError"] = {"type": "object", "properties": {"detail": {}}}  # ours also carry 'errors'
+            errors = ErrorBody.model_json_schema(ref_template="#/components/schemas/{model}")
+            comps.update(errors.pop("$defs", {}))
+            comps["HTTPValidationError"] = errors  # every 4xx has the one shape (app/core/errors.py)
             app.openapi_schema = schema
         return app.openapi_schema
 

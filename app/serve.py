@@ -3,7 +3,9 @@ SQLite for storage, Celery's filesystem transport as the broker, the catalogue l
 
 from __future__ import annotations
 
+import errno
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -24,7 +26,8 @@ from app.problems.service import sync_and_enqueue
 def embedded_settings(data_dir: Path, *, device: str = "cpu", stages: str | None = None, base: Settings | None = None) -> Settings:
     data_dir = data_dir.resolve()
     update = dict(database_url=f"sqlite:///{data_dir / 'kaudit.db'}", redis_url=None, broker_url="filesystem://",
-                  broker_dir=data_dir / "broker", rate_limit_storage_url="memory://", device=device)
+                  broker_dir=data_dir / "broker", rate_limit_storage_url="memory://", device=device,
+                  uploads_dir=data_dir / "uploads")
     if stages:
         update["audit_stages"] = stages
     return (base or Settings()).model_copy(update=update)
@@ -49,7 +52,8 @@ def prepare(settings: Settings, new_admin_key: bool = False) -> tuple[str | None
 
 
 def start_worker(settings: Settings, log: Path) -> subprocess.Popen[bytes]:
-    argv = [sys.executable, "-m", "celery", "-A", "app.jobs.worker", "worker", "-Q", settings.audit_queue,
+    queues = f"{settings.audit_queue},{settings.webhook_queue}"  # webhooks are delivered by the same one worker
+    argv = [sys.executable, "-m", "celery", "-A", "app.jobs.worker", "worker", "-Q", queues,
             "--concurrency", "1", "--pool", "prefork", "-n", "kaudit-embedded@%h", "--loglevel", "INFO",
             "--without-gossip", "--without-mingle", "--without-heartbeat"]
     fh = open(log, "ab")  # noqa: SIM115 - owned by the child for its lifetime
@@ -72,15 +76,44 @@ def _exit_on_sigterm(_sig: int, _frame: object) -> None:
     raise SystemExit(0)
 
 
+class PortUnavailable(OSError):
+    """The address to serve on cannot be bound (taken, or not this machine's)."""
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening socket on host:port, bound before anything is printed, so a taken port is one clear error."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+        sock = socket.socket(family, kind, proto)
+    except OSError as err:
+        raise PortUnavailable(f"cannot listen on {host}:{port}: {err.strerror or err}") from err
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn does: a port in TIME_WAIT is reusable
+        sock.bind(address)
+        sock.listen(2048)
+    except OSError as err:
+        sock.close()
+        taken = err.errno == errno.EADDRINUSE
+        why = "the port is in use by another process; pick another with --port" if taken else (err.strerror or str(err))
+        raise PortUnavailable(f"cannot listen on {host}:{port}: {why}") from err
+    return sock
+
+
 def serve(data_dir: Path, host: str, port: int, *, device: str = "cpu", stages: str | None = None, new_admin_key: bool = False) -> None:
+    """Bind, prepare, start the worker, then print the URL: what is printed is already reachable. Raises PortUnavailable."""
     import uvicorn
 
     from app.main import create_app
 
-    data_dir.mkdir(parents=True, exist_ok=True)
-    settings = embedded_settings(data_dir, device=device, stages=stages)
-    key, problems = prepare(settings, new_admin_key)
-    worker = start_worker(settings, data_dir / "worker.log")
+    sock = bind(host, port)
+    try:
+        data_dir.mkdir(parents=True, exist_ok=True)
+        settings = embedded_settings(data_dir, device=device, stages=stages)
+        key, problems = prepare(settings, new_admin_key)
+        worker = start_worker(settings, data_dir / "worker.log")
+    except BaseException:
+        sock.close()
+        raise
     url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}"
     print(f"kernel-audit is running at {url}  (API docs: {url}/docs)", flush=True)
     print(f"  problems: {', '.join(problems)}", flush=True)
@@ -90,13 +123,15 @@ def serve(data_dir: Path, host: str, port: int, *, device: str = "cpu", stages: 
     else:
         print("  an admin API key exists already; `kaudit serve --new-admin-key` prints a new one", flush=True)
     print(f"  submit: curl -H 'Authorization: Bearer <key>' -H 'content-type: application/json' "
-          f"--data @solution.json {url}/v1/submissions", flush=True)
+          f"--data @kernels/embedding_backward/solutions/pytorch_fp32/solution.json {url}/v1/submissions", flush=True)
     # uvicorn re-raises the signal that stopped it once it has shut down: make SIGTERM an exception, so the
     # worker is stopped below rather than orphaned
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     try:
-        uvicorn.run(create_app(settings), host=host, port=port, log_level="warning")
+        server = uvicorn.Server(uvicorn.Config(create_app(settings), log_level="warning"))
+        server.run(sockets=[sock])
     finally:
+        sock.close()
         if worker.poll() is None:
             worker.send_signal(signal.SIGTERM)
             try:

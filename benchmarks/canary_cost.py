@@ -1,14 +1,18 @@
 """What the canary costs per audit, on each profile.
 
 Usage: python benchmarks/canary_cost.py [--device cpu|cuda] [--solution pytorch_fp32] [--audits 2] [--out FILE]
-Runs the canary stage for one correct example solution and reports wall time per audit,
-its breakdown (reference, submission, null runs, fidelity) and the number of training runs.
+Runs the canary stage for one example solution and reports wall time per audit, its breakdown
+(per optimiser: the parent's stacked reference and null runs with their held-out evaluation, the
+submission's run in its process; held-out evaluation of the submission's weights; gradient fidelity),
+the number of training runs, and the machine's load average before and after.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import resource
 import time
 from typing import Any
 
@@ -18,6 +22,13 @@ from worker.canary.profiles import profile_for
 from worker.catalogue import load_catalogue
 from worker.context import AuditContext
 from worker.stages import canary
+
+
+def _cpu_seconds() -> dict[str, float]:
+    """CPU seconds (user + system) of this process and of its reaped children (the sandbox child).
+    Unlike wall time, they do not grow when other work shares the machine."""
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return {"parent": me.ru_utime + me.ru_stime, "children": kids.ru_utime + kids.ru_stime}
 
 
 def main() -> None:
@@ -32,18 +43,24 @@ def main() -> None:
     solution = problem.example_solution(args.solution)
     profile = profile_for("gpu" if args.device.startswith("cuda") else "cpu")
     rows: list[dict[str, Any]] = []
+    load_before = [round(x, 2) for x in os.getloadavg()]
     for i in range(args.audits):
         ctx = AuditContext(problem=problem, solution=solution, device=args.device, seed=1000 + i)
         t = time.perf_counter()
         ctx.sandbox()  # process start + import: part of the audit, not of the canary
         start_s = time.perf_counter() - t
+        before = _cpu_seconds()
         try:
             result = canary.run(ctx)
         finally:
-            ctx.close()
+            ctx.close()  # reaps the sandbox child, so its CPU time is counted below
+        after = _cpu_seconds()
         m = result.metrics
         rows.append({"audit": i, "status": result.status.value, "sandbox_start_s": round(start_s, 2), **m["timings"],
-                     "runs": m["runs"]})
+                     "cpu_s": {k: round(after[k] - before[k], 1) for k in after}, "runs": m["runs"],
+                     "loss_gap": m.get("loss_gap"), "noise_band": m.get("noise_band"), "fidelity_worst_ratio": m.get("fidelity_worst_ratio"),
+                     "null_mean_gaps": {o: [round(g, 5) for g in c["heldout"]["null_mean_gaps"]]
+                                        for o, c in result.evidence.get("curves", {}).items()}})
         print(json.dumps(rows[-1]), flush=True)
     runs = rows[0]["runs"]
     n_runs = runs["parent"] + runs["submission"]
@@ -55,12 +72,17 @@ def main() -> None:
         "model": f"{profile.n_layers} layers, d={profile.d_model}, vocab {profile.vocab_size}, batch {profile.batch_size}x{profile.seq_len}, {profile.steps} steps",
         "training_runs_per_audit": n_runs,
         "seconds_per_audit": round(mean_total, 2),
-        "seconds_per_parent_run": round(sum(r["reference_sgd_s"] + r.get("reference_adamw_s", 0.0) for r in rows) / len(rows) / len(profile.optimizers), 2),
+        "seconds_per_parent_optimiser": round(
+            sum(r.get(f"parent_{o}_s", 0.0) for r in rows for o in profile.optimizers) / len(rows) / len(profile.optimizers), 2),
+        "load_before": load_before,
+        "load_after": [round(x, 2) for x in os.getloadavg()],
         "audits": rows,
     }
     print(f"canary cost, {profile.name} profile on {args.device}: {summary['seconds_per_audit']} s per audit "
-          f"({n_runs} training runs of {profile.steps} steps: {runs['parent']} here (reference and nulls, ~{summary['seconds_per_parent_run']} s each) "
-          f"while the submission's {runs['submission']} run in its own process; plus held-out evaluation and the fidelity check)")
+          f"({n_runs} training runs of {profile.steps} steps: {runs['parent']} here, stacked per optimiser in one thread each "
+          f"(~{summary['seconds_per_parent_optimiser']} s per optimiser with held-out evaluation), while the submission's "
+          f"{runs['submission']} run in its own process; then the submission's evaluation and the fidelity check); "
+          f"load average before {load_before}, after {summary['load_after']}")
     if args.out:
         with open(args.out, "w") as f:
             json.dump(summary, f, indent=1)

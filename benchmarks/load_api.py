@@ -5,7 +5,8 @@
 Starts uvicorn (N worker processes) on a fresh Postgres database, seeds a leaderboard, then drives
 POST /v1/submissions and GET /v1/leaderboard/{problem} from a separate load process (a lean asyncio
 HTTP/1.1 keep-alive client, so the client costs little CPU on this 2-core machine). Records the
-output to benchmarks/results/load_api.txt. Targets: POST >= 300 req/s with p99 <= 100 ms; GET >= 500 req/s.
+output to benchmarks/results/load_api.txt (or --out). Targets: POST >= 300 req/s with p99 <= 100 ms; GET
+leaderboard >= 1,000 req/s with p99 <= 50 ms, read from the leaderboard table with no response cache.
 """
 
 from __future__ import annotations
@@ -101,6 +102,7 @@ def seed(settings, n_submitters: int = 40) -> tuple[str, str]:  # type: ignore[n
 
     from app.audits import repository
     from app.auth.keys import create_api_key
+    from app.leaderboard.repository import refresh_entry
     from app.core import migrate
     from app.core.db import make_engine, make_sessionmaker
     from app.models import Submission
@@ -134,6 +136,8 @@ def seed(settings, n_submitters: int = 40) -> tuple[str, str]:  # type: ignore[n
             repository.store_stage(s, audit.id, None, name="verdict", position=5, status="passed",
                                    summary="seeded", metrics={"passes_benchmark": passes, "numerically_sound": sound},
                                    evidence={}, duration_s=0.0, lease_s=1)
+            refresh_entry(s, audit.id)  # what the audit's finishing transaction does
+            s.commit()
     engine.dispose()
     return key, admin
 
@@ -199,7 +203,8 @@ def main() -> None:
     verdict = {
         "POST >= 300 req/s": post_r["req_per_s"] >= 300,  # type: ignore[operator]
         "POST p99 <= 100 ms": post_r["p99_ms"] <= 100,  # type: ignore[operator]
-        "GET leaderboard >= 500 req/s": get_r["req_per_s"] >= 500,  # type: ignore[operator]
+        "GET leaderboard >= 1000 req/s": get_r["req_per_s"] >= 1000,  # type: ignore[operator]
+        "GET leaderboard p99 <= 50 ms": get_r["p99_ms"] <= 50,  # type: ignore[operator]
     }
     cpu = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines() if ln.startswith("model name")), "?")
     lines = [
@@ -208,8 +213,8 @@ def main() -> None:
         f"python {platform.python_version()}; uvicorn --workers {args.workers} (uvloop, httptools); Postgres {PG_ADMIN.split('@')[-1]};"
         f" Redis (broker and rate limits) {REDIS}",
         f"load: {args.concurrency} keep-alive connections from a separate process, {args.repeat} runs of {args.seconds:.0f} s per endpoint",
-        f"leaderboard: {len(lb['rows'])} rows ranked from {40 * 3} seeded finished audits; served from each API process's"
-        f" cache, at most {settings.leaderboard_cache_s:g} s old (KAUDIT_LEADERBOARD_CACHE_S)",
+        f"leaderboard: {len(lb['rows'])} rows ranked from {40 * 3} seeded finished audits; read from the leaderboard_entries"
+        " table on every request (no response cache)",
         "",
     ]
     for name, rs in runs.items():

@@ -52,6 +52,8 @@ class Problem:
     generic_oracle: bool = False  # True: ignore oracle.py (measure what the generic path alone does)
     # the user's token statistics for this audit (bring your own distribution); None: the built-in text
     token_stats: LoadedTokenStats | None = None
+    # False for an uploaded definition: its reference is the uploader's code and runs isolated
+    reference_trusted: bool = True
 
     @property
     def name(self) -> str:

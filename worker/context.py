@@ -12,6 +12,7 @@ from worker.catalogue import Problem, Profile
 from worker.formats import Solution
 from worker.reference import Reference
 from worker.sandbox import Sandbox
+from worker.sandboxed_reference import SandboxedReference
 from worker.stages.result import StageResult
 from worker.watched_sandbox import WatchedSandbox
 
@@ -52,8 +53,12 @@ class AuditContext:
         return "gpu" if self.device.startswith("cuda") else "cpu"
 
     @cached_property
-    def reference(self) -> Reference:
-        return Reference.of(self.problem.definition)
+    def reference(self) -> Reference | SandboxedReference:
+        """The curated reference runs here; an uploaded one is the uploader's code and runs in a sandbox of its own."""
+        if self.problem.reference_trusted:
+            return Reference.of(self.problem.definition)
+        return SandboxedReference(self.problem.definition, self.device, timeout_s=self.deadline.budget.call_timeout_s,
+                                  interrupts=self.interrupts)
 
     def sandbox(self) -> WatchedSandbox:
         """The submission's child process, started (or restarted after a crash) with the solution loaded;
@@ -80,6 +85,9 @@ class AuditContext:
         return int.from_bytes(h[:8], "big") >> 2
 
     def close(self) -> None:
+        reference = self.__dict__.pop("reference", None)
+        if isinstance(reference, SandboxedReference):
+            reference.close()
         if self._sandbox is not None:
             self._sandbox.close()
             self._sandbox = None

@@ -6,20 +6,20 @@ every `reaper_interval_s`, and once at worker start; `kaudit.reap` runs one pass
 from __future__ import annotations
 
 import logging
-import threading
 from dataclasses import dataclass, field
 from datetime import timedelta
 
-from celery import Celery, signals
+from celery import Celery
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from app.audits import repository
+from app.audits import events, repository
 from app.audits.queue import AuditQueue
 from app.audits.status import AuditStatus
 from app.core.db import make_engine, make_sessionmaker, utcnow
 from app.core.settings import Settings
 from app.core.unit_of_work import UnitOfWork
+from app.jobs.periodic import PeriodicThread, run_in_worker
 from app.models import Audit
 
 log = logging.getLogger(__name__)
@@ -38,6 +38,8 @@ def reap_once(sessions: sessionmaker[Session], queue: AuditQueue, settings: Sett
     with UnitOfWork(sessions, queue) as uow:
         requeued, report.gave_up, report.timed_out = repository.requeue_expired(
             uow.session, settings.max_claims, settings.hard_time_limit_s)
+        for audit_id in (*report.gave_up, *report.timed_out):
+            events.audit_completed(uow.session, audit_id)
         uow.enqueue(*requeued)  # sent once committed
         report.requeued_expired = [a.id for a in requeued]
     threshold = utcnow() - timedelta(seconds=settings.requeue_after_s)
@@ -61,47 +63,10 @@ def reap_once(sessions: sessionmaker[Session], queue: AuditQueue, settings: Sett
     return report
 
 
-class ReaperThread:
-    def __init__(self, app: Celery, settings: Settings) -> None:
-        self._settings = settings
-        self._queue = AuditQueue(app)
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def start(self) -> None:
-        engine = make_engine(self._settings.model_copy(update={"db_pool_size": 1}))
-        sessions = make_sessionmaker(engine)
-
-        def loop() -> None:
-            while True:
-                try:
-                    reap_once(sessions, self._queue, self._settings)
-                except Exception as err:  # noqa: BLE001 - database or broker briefly away: try again next round
-                    log.warning("reaper pass failed: %s", err)
-                if self._stop.wait(self._settings.reaper_interval_s):
-                    break
-            engine.dispose()
-
-        self._thread = threading.Thread(target=loop, name="kaudit-reaper", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-
-
 def register(app: Celery, settings: Settings) -> None:
-    reaper = ReaperThread(app, settings)
-
-    @signals.worker_ready.connect(weak=False)
-    def _start(sender=None, **_kw) -> None:  # type: ignore[no-untyped-def]
-        if sender is not None and getattr(sender, "app", app) is app:
-            reaper.start()
-
-    @signals.worker_shutdown.connect(weak=False)
-    def _stop(sender=None, **_kw) -> None:  # type: ignore[no-untyped-def]
-        reaper.stop()
+    queue = AuditQueue(app)
+    run_in_worker(app, PeriodicThread("kaudit-reaper", settings, settings.reaper_interval_s,
+                                      lambda sessions: reap_once(sessions, queue, settings)))
 
     @app.task(name="kaudit.reap", ignore_result=True)
     def reap_task() -> dict[str, list[str]]:

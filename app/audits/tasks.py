@@ -13,12 +13,14 @@ import uuid
 from celery import Celery, signals
 from celery.exceptions import SoftTimeLimitExceeded
 
-from app.audits import repository
+from app.audits import events, repository
 from app.audits.lease import Heartbeat
 from app.audits.queue import AUDIT_TASK
 from app.audits.status import AuditStatus
 from app.core.settings import Settings
+from app.definitions.service import ORIGIN_UPLOADED
 from app.jobs.resources import ProcessLocal, WorkerResources
+from app.models import Problem as ProblemRow
 from app.models import StageResultRow
 
 log = logging.getLogger(__name__)
@@ -43,6 +45,7 @@ def run_one(local: ProcessLocal, audit_id: str) -> str:
         with res.sessions.begin() as s:
             if not repository.finish(s, audit_id, owner, status, verdict, summary):
                 return "lease-lost"
+            events.audit_completed(s, audit_id)
         return status.value
 
     hb = Heartbeat(res.sessions, audit_id, owner, settings.lease_s, settings.heartbeat_s)
@@ -71,7 +74,9 @@ def _run_claimed(res: WorkerResources, audit_id: str, device: str, stages: str |
     try:
         problem = res.catalogue.get(problem_name)
     except KeyError as err:
-        return finish(AuditStatus.error, "error", f"error: {err}")
+        problem = _uploaded_problem(res, problem_name)
+        if problem is None:
+            return finish(AuditStatus.error, "error", f"error: {err}")
     resume = [StageResult(name=r.name, status=StageStatus(r.status), summary=r.summary, metrics=r.metrics, evidence=r.evidence,
                           duration_s=r.duration_s) for r in stored.values()]
 
@@ -81,6 +86,8 @@ def _run_claimed(res: WorkerResources, audit_id: str, device: str, stages: str |
                 s, audit_id, owner, name=result.name, position=ORDER.index(result.name),
                 status=result.status.value, summary=result.summary, metrics=result.metrics, evidence=result.evidence,
                 duration_s=result.duration_s, lease_s=settings.lease_s, replace=result.name == "verdict")
+            if ok:
+                events.stage_completed(s, audit_id, result.name, result.status.value, result.summary)
         if not ok or hb.lost.is_set():
             raise LeaseLost(audit_id)
 
@@ -88,6 +95,19 @@ def _run_claimed(res: WorkerResources, audit_id: str, device: str, stages: str |
                        seed=seed, on_stage=store, resume=resume, budget=settings.audit_budget(device),
                        interrupts=(SoftTimeLimitExceeded,))
     return finish(AuditStatus(report.outcome.value), report.verdict.value, report.summary)
+
+
+def _uploaded_problem(res: WorkerResources, name: str):  # type: ignore[no-untyped-def]
+    """A definition uploaded through the API, materialised in this worker's uploads folder; None if there is none."""
+    from worker.formats.bundle import DefinitionBundle
+    from worker.uploaded import problem_from_bundle
+
+    with res.sessions() as s:
+        row = s.get(ProblemRow, name)
+        if row is None or row.origin != ORIGIN_UPLOADED or not row.bundle:
+            return None
+        bundle = DefinitionBundle.model_validate(row.bundle)
+    return problem_from_bundle(bundle, res.settings.uploads_dir)
 
 
 def register(app: Celery, settings: Settings) -> None:

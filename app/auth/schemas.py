@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Literal
 
 from pydantic import BaseModel, Field, field_validator
@@ -32,3 +33,13 @@ class ApiKeyCreated(BaseModel):
     submitter: str
     scopes: list[str]
     key: str = Field(description="shown once; only its hash is stored")
+
+
+class ApiKeyOut(BaseModel):
+    id: str
+    submitter: str
+    prefix: str = Field(description="the key's first characters, to tell keys apart; the key itself is never shown again")
+    scopes: list[str]
+    rate_limit: str | None
+    created_at: datetime
+    revoked_at: datetime | None

@@ -1,4 +1,6 @@
-"""Reject request bodies over the limit with 413, whether or not Content-Length is sent."""
+"""Bounded request bodies, before any route parses them: over the size limit is 413 (with or without a
+Content-Length), and a JSON body nested deeper than MAX_JSON_DEPTH is 422 (json.loads recurses per level and
+would otherwise fail with RecursionError, an HTTP 500, on every route that takes JSON)."""
 
 from __future__ import annotations
 
@@ -6,20 +8,34 @@ import json
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from app.core.errors import BODY, FieldError, error_body
+from worker.formats.json_bounds import MAX_JSON_DEPTH, depth_over
+
 
 class BodyTooLarge(Exception):
     pass
 
 
-class BodyLimitMiddleware:
-    def __init__(self, app: ASGIApp, limit: int) -> None:
-        self.app, self.limit = app, limit
+def _is_json(scope: Scope) -> bool:
+    for name, value in scope.get("headers", []):
+        if name == b"content-type":
+            ctype = value.split(b";")[0].strip().lower()
+            return ctype == b"application/json" or ctype.endswith(b"+json")
+    return False
 
-    async def _reject(self, send: Send) -> None:
-        body = json.dumps({"detail": f"request body over the limit of {self.limit} bytes"}).encode()
-        await send({"type": "http.response.start", "status": 413,
+
+class BodyLimitMiddleware:
+    def __init__(self, app: ASGIApp, limit: int, max_json_depth: int = MAX_JSON_DEPTH) -> None:
+        self.app, self.limit, self.max_json_depth = app, limit, max_json_depth
+
+    async def _reject(self, send: Send, status: int, detail: str, reason: str) -> None:
+        body = json.dumps(error_body(detail, [FieldError(field=BODY, reason=reason)])).encode()
+        await send({"type": "http.response.start", "status": status,
                     "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
         await send({"type": "http.response.body", "body": body})
+
+    async def _too_large(self, send: Send) -> None:
+        await self._reject(send, 413, "request body too large", f"over the limit of {self.limit} bytes")
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -32,8 +48,47 @@ class BodyLimitMiddleware:
                 except ValueError:
                     too_big = False
                 if too_big:
-                    await self._reject(send)
+                    await self._too_large(send)
                     return
+        if _is_json(scope):
+            await self._json(scope, receive, send)
+        else:
+            await self._streamed(scope, receive, send)
+
+    async def _json(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Read the whole (bounded) body, check its nesting, then hand it on unchanged."""
+        chunks: list[bytes] = []
+        seen = 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                break
+            chunk = message.get("body", b"")
+            seen += len(chunk)
+            if seen > self.limit:
+                await self._too_large(send)
+                return
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        body = b"".join(chunks)
+        depth = depth_over(body.decode("utf-8", errors="replace"), self.max_json_depth)
+        if depth is not None:
+            await self._reject(send, 422, "invalid request",
+                               f"not valid JSON: nested {depth} levels deep; at most {self.max_json_depth} are allowed")
+            return
+        replayed = False
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+    async def _streamed(self, scope: Scope, receive: Receive, send: Send) -> None:
         seen = 0
         started = False
 
@@ -56,4 +111,4 @@ class BodyLimitMiddleware:
             await self.app(scope, limited_receive, tracking_send)
         except BodyTooLarge:
             if not started:
-                await self._reject(send)
+                await self._too_large(send)

@@ -31,6 +31,9 @@ class Settings(BaseSettings):
     queue_prefix: str = ""
     audit_stages: str | None = Field(default=None, description="comma-separated stages to run (default: all)")
     catalogue_root: Path | None = None
+    uploads_dir: Path = Field(default=Path(".kaudit/uploads"), description="where workers write uploaded definitions")
+    accept_uploaded_definitions: bool = Field(
+        default=True, description="false pins the curated catalogue: POST /v1/definitions answers 403")
 
     # leases and the reaper
     lease_s: float = 120.0
@@ -52,6 +55,19 @@ class Settings(BaseSettings):
     rate_limit_storage_url: str | None = Field(default=None, description="memory:// or redis://; default: REDIS_URL, else memory")
     key_cache_s: float = Field(default=10.0, description="a revoked API key stops working within this many seconds")
     leaderboard_cache_s: float = Field(default=2.0, description="leaderboards are served from a per-process cache this fresh")
+    public_read: bool = Field(default=True, description="true: /v1/problems, /v1/problems/{name} and /v1/leaderboard/{problem} "
+                              "answer without an API key; false: they need one (401 without)")
+    dashboard_public: bool = Field(default=True, description="false: the dashboard at / needs an API key (cookie, or ?key= once)")
+
+    # webhooks (app/webhooks): an outbox delivered by a Celery task on the '<prefix>webhooks' queue
+    webhook_timeout_s: float = Field(default=5.0, gt=0, description="one delivery attempt's connect + read budget")
+    webhook_max_attempts: int = Field(default=8, ge=1, description="a delivery is marked failed after this many attempts")
+    webhook_backoff_base_s: float = Field(default=10.0, gt=0, description="first retry delay; doubles per attempt, with jitter")
+    webhook_backoff_max_s: float = Field(default=3600.0, gt=0, description="longest delay between two attempts")
+    webhook_disable_after: int = Field(default=10, ge=1, description="an endpoint is disabled after this many consecutive failures")
+    webhook_sweep_interval_s: float = Field(default=1.0, gt=0, description="how often each worker sends due deliveries")
+    webhook_allowlist: str = Field(
+        default="", description="comma-separated CIDRs or host names that webhooks may reach although private/loopback/reserved")
 
     @model_validator(mode="after")
     def _soft_limit_below_hard(self) -> "Settings":
@@ -102,6 +118,10 @@ class Settings(BaseSettings):
 
     def queue_for(self, device: str) -> str:
         return self.queue_prefix + ("gpu" if device.startswith("cuda") else "cpu")
+
+    @property
+    def webhook_queue(self) -> str:
+        return self.queue_prefix + "webhooks"
 
     @property
     def devices(self) -> list[str]:

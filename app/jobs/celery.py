@@ -42,7 +42,9 @@ def make_celery(settings: Settings, *, register_tasks: bool = False) -> Celery:
     if register_tasks:
         from app.audits import reaper
         from app.audits import tasks as audit
+        from app.webhooks import dispatch as webhooks
 
         audit.register(app, settings)
         reaper.register(app, settings)
+        webhooks.register(app, settings)
     return app

@@ -35,6 +35,10 @@ class Problem(Base):
     definition: Mapped[dict[str, Any]] = mapped_column(JSON)
     probes: Mapped[list[str]] = mapped_column(JSON, default=list)
     synced_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+    origin: Mapped[str] = mapped_column(String(16), default="catalogue", server_default="catalogue",
+                                        doc="catalogue (a folder under kernels/) or uploaded (POST /v1/definitions)")
+    bundle: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True, doc="uploaded: definition and workloads")
+    uploaded_by: Mapped[str | None] = mapped_column(ForeignKey("api_keys.id"), nullable=True)
 
 
 class ApiKey(Base):
@@ -116,18 +120,78 @@ class WebhookEndpoint(Base):
     events: Mapped[list[str]] = mapped_column(JSON, default=list)
     active: Mapped[bool] = mapped_column(Boolean, default=True)
     created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+    consecutive_failures: Mapped[int] = mapped_column(Integer, default=0, doc="failed attempts since the last success")
+    disabled_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
+    disabled_reason: Mapped[str | None] = mapped_column(String(500), nullable=True)
 
 
 class WebhookDelivery(Base):
+    """The outbox: one row per (event, endpoint), written in the transaction that made the event happen."""
+
     __tablename__ = "webhook_deliveries"
-    __table_args__ = (UniqueConstraint("endpoint_id", "audit_id", "event"),)
+    __table_args__ = (UniqueConstraint("event_id", "endpoint_id"), Index("ix_webhook_deliveries_due", "status", "next_attempt_at"))
     id: Mapped[str] = mapped_column(String(32), primary_key=True, default=new_id)
     endpoint_id: Mapped[str] = mapped_column(ForeignKey("webhook_endpoints.id"), index=True)
-    audit_id: Mapped[str] = mapped_column(ForeignKey("audits.id"), index=True)
+    event_id: Mapped[str] = mapped_column(String(64), doc="the webhook-id header: the same for every endpoint and attempt")
+    audit_id: Mapped[str | None] = mapped_column(ForeignKey("audits.id"), index=True, nullable=True)
     event: Mapped[str] = mapped_column(String(64))
     payload: Mapped[dict[str, Any]] = mapped_column(JSON)
     status: Mapped[str] = mapped_column(String(16), default="pending")
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     next_attempt_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
+    locked_until: Mapped[datetime | None] = mapped_column(DateTime, nullable=True, doc="sent to the queue; re-sent after this")
+    dispatch_token: Mapped[str | None] = mapped_column(String(32), nullable=True, doc="the one task message allowed to attempt it")
     last_response_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    last_error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    delivered_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
     created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+
+
+class WebhookAttempt(Base):
+    """The delivery log: one row per HTTP attempt."""
+
+    __tablename__ = "webhook_attempts"
+    __table_args__ = (UniqueConstraint("delivery_id", "attempt"), Index("ix_webhook_attempts_endpoint_started", "endpoint_id", "started_at"))
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    delivery_id: Mapped[str] = mapped_column(ForeignKey("webhook_deliveries.id"), index=True)
+    endpoint_id: Mapped[str] = mapped_column(ForeignKey("webhook_endpoints.id"))
+    attempt: Mapped[int] = mapped_column(Integer)
+    started_at: Mapped[datetime] = mapped_column(DateTime)
+    status_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    latency_ms: Mapped[float] = mapped_column(Float)
+    error: Mapped[str | None] = mapped_column(Text, nullable=True)
+
+
+class LeaderboardEntry(Base):
+    """One row per submission: its latest finished audit as the leaderboard and the dashboard show it. Written by
+    app.leaderboard.repository.refresh_entry in the transaction that finishes the audit; read, never computed, by GETs."""
+
+    __tablename__ = "leaderboard_entries"
+    __table_args__ = (
+        Index("ix_leaderboard_entries_problem_rank", "problem_name", "rank"),
+        Index("ix_leaderboard_entries_problem_sound_rank", "problem_name", "sound_rank"),
+        Index("ix_leaderboard_entries_problem_benchmark_rank", "problem_name", "benchmark_rank"),
+    )
+    submission_id: Mapped[str] = mapped_column(ForeignKey("submissions.id"), primary_key=True)
+    audit_id: Mapped[str] = mapped_column(ForeignKey("audits.id"))
+    attempt: Mapped[int] = mapped_column(Integer)
+    problem_name: Mapped[str] = mapped_column(ForeignKey("problems.name"))
+    submitter: Mapped[str] = mapped_column(String(200))
+    solution_name: Mapped[str] = mapped_column(String(200))
+    status: Mapped[str] = mapped_column(String(16), doc="the audit's final status")
+    verdict: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    caught_by: Mapped[str | None] = mapped_column(String(32), nullable=True, doc="the first stage that failed or errored")
+    kernel_ms: Mapped[float | None] = mapped_column(Float, nullable=True)
+    reference_ms: Mapped[float | None] = mapped_column(Float, nullable=True)
+    speedup: Mapped[float | None] = mapped_column(Float, nullable=True)
+    passes_benchmark: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
+    numerically_sound: Mapped[bool | None] = mapped_column(Boolean, nullable=True, doc="None: the probes did not run")
+    static_status: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    benchmark_status: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    probes_status: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    canary_status: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    rank: Mapped[int | None] = mapped_column(Integer, nullable=True, doc="GET /v1/leaderboard: best benchmark-passing per submitter")
+    sound_rank: Mapped[int | None] = mapped_column(Integer, nullable=True, doc="the same among numerically sound kernels")
+    benchmark_rank: Mapped[int | None] = mapped_column(Integer, nullable=True, doc="by speedup, every benchmark-passing kernel")
+    audited_rank: Mapped[int | None] = mapped_column(Integer, nullable=True, doc="by speedup, kernels passing every stage")
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)

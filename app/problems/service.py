@@ -5,6 +5,7 @@ from __future__ import annotations
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from app.audits import events
 from app.audits import repository as audits
 from app.core.db import utcnow
 from app.core.settings import Settings
@@ -25,8 +26,8 @@ def sync_catalogue(session: Session, catalogue, settings: Settings) -> tuple[Syn
                                 definition=definition, probes=probes, synced_at=utcnow()))
             added.append(p.name)
             continue
-        if row.content_hash == p.content_hash:
-            unchanged.append(p.name)
+        if row.content_hash == p.content_hash or row.origin != "catalogue":
+            unchanged.append(p.name)  # an uploaded definition keeps its name: the catalogue cannot take it over
             continue
         row.content_hash, row.definition, row.probes, row.synced_at = p.content_hash, definition, probes, utcnow()
         row.description = p.definition.description or ""
@@ -41,8 +42,11 @@ def reaudit(session: Session, sub: Submission, problem_hash: str, settings: Sett
     # the device the submission was routed to at intake, not the device of whoever asks for the re-audit
     last = audits.latest_audit(session, sub.id)
     device = last.device if last is not None else settings.device
-    return audits.new_audit(session, sub, problem_hash=problem_hash, attempt=audits.next_attempt(session, sub.id), reason=reason,
-                            stages=settings.audit_stages, device=device, queue=settings.queue_for(device))
+    audit = audits.new_audit(session, sub, problem_hash=problem_hash, attempt=audits.next_attempt(session, sub.id), reason=reason,
+                             stages=settings.audit_stages, device=device, queue=settings.queue_for(device))
+    session.flush()
+    events.reaudited(session, sub, audit)
+    return audit
 
 
 def _summary(row: Problem) -> dict[str, object]:

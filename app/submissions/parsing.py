@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Annotated, Any
 
-from fastapi import Depends, HTTPException, Request
+from fastapi import Depends, Request
 from starlette.datastructures import UploadFile
 
-from app.submissions.schemas import FieldError
+from app.core.errors import ApiError, FieldError
 from worker.formats import FormatError, Solution, SolutionSpec, SourceFile
+from worker.formats.json_bounds import JsonTooDeep, loads_bounded, walk_strings
 from worker.formats.loaders import parse_model
+
+_FIELD = re.compile(r"[A-Za-z_][\w.]*")
 
 
 @dataclass(frozen=True)
@@ -20,36 +24,29 @@ class ParsedSubmission:
     data: dict[str, Any]
 
 
-class InvalidSubmission(Exception):
+class InvalidSubmission(ApiError):
+    """422 with each field at fault."""
+
     def __init__(self, errors: list[FieldError]) -> None:
-        super().__init__("; ".join(f"{e.field}: {e.reason}" for e in errors))
-        self.errors = errors
+        super().__init__(422, "invalid solution", errors)
 
 
 def _errors(err: FormatError) -> list[FieldError]:
     out = []
     for p in err.problems:
         field, _, reason = p.partition(": ")
+        if field == "(root)" and _FIELD.fullmatch(reason.partition(": ")[0]) and ": " in reason:
+            field, _, reason = reason.partition(": ")  # a model validator's "field: reason"
         out.append(FieldError(field=field, reason=reason) if reason else FieldError(field="(root)", reason=p))
     return out
 
 
-def _has_nul(value: Any) -> bool:
-    if isinstance(value, str):
-        return "\x00" in value
-    if isinstance(value, dict):
-        return any(_has_nul(k) or _has_nul(v) for k, v in value.items())
-    if isinstance(value, list):
-        return any(_has_nul(v) for v in value)
-    return False
-
-
 def solution_from_json(body: bytes) -> tuple[Solution, dict[str, Any]]:
     try:
-        data = json.loads(body)
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        data = loads_bounded(body)
+    except (UnicodeDecodeError, json.JSONDecodeError, JsonTooDeep) as err:
         raise InvalidSubmission([FieldError(field="(body)", reason=f"not valid JSON: {err}")]) from err
-    if _has_nul(data):
+    if any("\x00" in s for s in walk_strings(data)):
         raise InvalidSubmission([FieldError(field="(body)", reason="NUL characters are not allowed in a solution")])
     try:
         return parse_model(Solution, data, "solution.json"), data
@@ -103,7 +100,8 @@ async def read_submission(request: Request) -> ParsedSubmission:
                                               definition if isinstance(definition, str) else "",
                                               str(form.get("entry_function") or "run"), dps)
     else:
-        raise HTTPException(415, "send application/json (solution.json) or multipart/form-data (a .py file and definition)")
+        raise ApiError(415, "send application/json (solution.json) or multipart/form-data (a .py file and definition)",
+                       [FieldError(field="content-type", reason=f"'{ctype[:100]}' is not accepted")])
     return ParsedSubmission(solution=solution, data=data)
 
 

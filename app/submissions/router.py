@@ -3,22 +3,29 @@ from __future__ import annotations
 import re
 from typing import Annotated
 
-from fastapi import APIRouter, Header, HTTPException, Response
+from fastapi import APIRouter, Header, Query, Response
 from fastapi.responses import JSONResponse
 from sqlalchemy.orm import Session
 
 from app.api.deps import ServicesDep, SessionDep, UnitOfWorkDep
+from app.audits.status import AuditStatus
 from app.auth.dependencies import AdminDep, PrincipalDep
 from app.auth.principal import Principal
+from app.core.errors import ApiError, error_response
+from app.models import Problem, Submission
 from app.submissions import repository, service
+from app.submissions.cursor import BadCursor
 from app.submissions.devices import NoDeviceForSolution, choose_device
 from app.submissions.parsing import SubmissionBody
 from app.submissions.schemas import (
     FieldError,
     InvalidSolution,
     SubmissionAccepted,
+    SubmissionPage,
     SubmissionStatus,
 )
+from worker.formats import Solution
+from worker.formats.entry_check import check_entry
 
 router = APIRouter(prefix="/v1/submissions", tags=["submissions"])
 _ID = re.compile(r"[0-9a-f]{32}")
@@ -44,7 +51,16 @@ SUBMIT_BODY = {
 
 
 def invalid_response(errors: list[FieldError]) -> JSONResponse:
-    return JSONResponse(status_code=422, content=InvalidSolution(detail="invalid solution", errors=errors).model_dump())
+    return error_response(422, "invalid solution", errors)
+
+
+def _entry_errors(session: Session, solution: Solution) -> list[FieldError]:
+    """The cheap checks intake would fail on (parse, entry point, arity), answered now rather than after the queue."""
+    problem = session.get(Problem, solution.definition)
+    if problem is None or solution.spec.language in ("cuda", "cpp"):
+        return []
+    inputs, outputs = list(problem.definition.get("inputs", {})), list(problem.definition.get("outputs", {}))
+    return [FieldError(field=p.field, reason=p.reason) for p in check_entry(solution, inputs, outputs)]
 
 
 def _accepted(acc: service.Accepted) -> JSONResponse:
@@ -59,7 +75,8 @@ def _accepted(acc: service.Accepted) -> JSONResponse:
     status_code=202,
     response_model=SubmissionAccepted,
     openapi_extra=SUBMIT_BODY,
-    responses={404: {"description": "unknown definition"}, 409: {"description": "Idempotency-Key reused with another body"},
+    responses={404: {"model": InvalidSolution, "description": "unknown definition"},
+               409: {"model": InvalidSolution, "description": "Idempotency-Key reused with another body"},
                413: {"description": "body over 1 MiB"}, 415: {"description": "unsupported content type"},
                422: {"model": InvalidSolution, "description": "invalid solution: each field and the reason"},
                429: {"description": "rate limit; see Retry-After"}},
@@ -71,7 +88,10 @@ def submit(
     uow: UnitOfWorkDep,
     idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key", max_length=200, pattern=r"^[\x20-\x7e]+$")] = None,
 ) -> Response:
-    """Submit a solution.json (JSON body) or a single .py file (multipart, with `definition`): 202 with the status URL."""
+    """Submit a solution.json (JSON body) or a single .py file (multipart, with `definition`): 202 with the status URL.
+
+    The checks that need no sandbox (JSON and format, the entry file parses, the entry point exists at its top level
+    and takes the definition's arguments) are answered here with 422 and each field at fault."""
     solution, data = body.solution, body.data
     try:
         device = choose_device(solution, services.settings)
@@ -79,26 +99,47 @@ def submit(
         return invalid_response([FieldError(field="spec.target_hardware", reason=str(err))])
     known = services.problems.get(uow.session)
     if solution.definition not in known:
-        raise HTTPException(404, f"unknown definition '{solution.definition}'; known: {', '.join(sorted(known))}")
+        raise ApiError(404, f"unknown definition '{solution.definition[:200]}'; known: {', '.join(sorted(known))}",
+                       [FieldError(field="definition", reason="not in the catalogue; see GET /v1/problems")])
+    entry_errors = _entry_errors(uow.session, solution)
+    if entry_errors:
+        return invalid_response(entry_errors)
     try:
         acc = service.submit(uow, services.settings, principal, problem_name=solution.definition,
                              problem_hash=known[solution.definition], solution_name=solution.name, data=data,
                              idempotency_key=idempotency_key, device=device)
     except service.IdempotencyConflict as err:
-        raise HTTPException(409, str(err)) from err
+        raise ApiError(409, str(err), [FieldError(field="Idempotency-Key", reason=str(err))]) from err
     return _accepted(acc)
 
 
-def _visible(session: Session, submission_id: str, principal: Principal):  # type: ignore[no-untyped-def]
+def _visible(session: Session, submission_id: str, principal: Principal) -> Submission:
     sub = repository.get(session, submission_id) if _ID.fullmatch(submission_id) else None
     if sub is None or (sub.api_key_id != principal.key_id and not principal.is_admin):
-        raise HTTPException(404, f"no submission '{submission_id}'")
+        raise ApiError(404, f"no submission '{submission_id[:64]}'")
     return sub
+
+
+@router.get("", response_model=SubmissionPage, responses={422: {"model": InvalidSolution, "description": "bad filter or cursor"}})
+def list_submissions(
+    principal: PrincipalDep,
+    session: SessionDep,
+    status: Annotated[AuditStatus | None, Query(description="the latest audit's status")] = None,
+    problem: Annotated[str | None, Query(max_length=200, description="a definition name")] = None,
+    cursor: Annotated[str | None, Query(max_length=200, description="next_cursor from the previous page")] = None,
+    limit: Annotated[int, Query(ge=1, le=100)] = 20,
+) -> SubmissionPage:
+    """Your submissions (an admin's key: everyone's), newest first, each with its latest audit; filter by status and problem."""
+    try:
+        return service.list_submissions(session, principal, limit=limit, status=status, problem=problem, cursor=cursor)
+    except BadCursor as err:
+        raise ApiError(422, "invalid cursor", [FieldError(field="cursor", reason=str(err))]) from err
 
 
 @router.get("/{submission_id}", response_model=SubmissionStatus, responses={404: {"description": "no such submission"}})
 def get_submission(submission_id: str, principal: PrincipalDep, session: SessionDep) -> SubmissionStatus:
-    """Status of the latest audit, and every finished stage with its summary, metrics and evidence."""
+    """Status of the latest audit, with every finished stage (summary, metrics, evidence) and, while running, its
+    progress (current stage, elapsed times); `attempts` keeps every earlier audit of the submission."""
     return service.status(session, _visible(session, submission_id, principal))
 
 
@@ -109,5 +150,5 @@ def reaudit(submission_id: str, principal: AdminDep, services: ServicesDep, uow:
     sub = _visible(uow.session, submission_id, principal)
     known = services.problems.get(uow.session)
     if sub.problem_name not in known:
-        raise HTTPException(404, f"problem '{sub.problem_name}' is no longer in the catalogue")
+        raise ApiError(404, f"problem '{sub.problem_name}' is no longer in the catalogue")
     return _accepted(service.reaudit(uow, services.settings, sub, known[sub.problem_name]))

@@ -6,6 +6,11 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from app.audits.status import AuditStatus
+from app.core.errors import ErrorBody, FieldError
+
+# the documented 4xx shape; kept under the names the submission routes have always used
+InvalidSolution = ErrorBody
+SEED_DOC = "the audit's secret seed as a decimal string (62 bits: JSON numbers lose digits), shown once the audit has finished"
 
 
 class SubmissionAccepted(BaseModel):
@@ -21,13 +26,41 @@ class StageOut(BaseModel):
     name: str
     status: str
     summary: str
-    metrics: dict[str, Any]
-    evidence: dict[str, Any]
+    metrics: dict[str, Any] = Field(description="integers beyond 2**53 (seeds) are decimal strings")
+    evidence: dict[str, Any] = Field(description="integers beyond 2**53 (seeds) are decimal strings")
     duration_s: float
     finished_at: datetime
 
 
+class Progress(BaseModel):
+    """Where a running audit is: the stage it is in, and how long it has been there."""
+
+    current_stage: str | None = Field(description="the first stage with no stored result; null once all are stored")
+    current_stage_elapsed_s: float | None = Field(description="seconds since the previous stage finished (or the audit started)")
+    elapsed_s: float = Field(description="seconds since the audit started")
+    stages_done: int
+    stages_total: int
+
+
+class Attempt(BaseModel):
+    audit_id: str
+    attempt: int
+    status: AuditStatus
+    reason: str
+    device: str
+    enqueued_at: datetime | None
+    started_at: datetime | None
+    finished_at: datetime | None
+    verdict: str | None
+    summary: str | None
+    seed: str | None = Field(description=SEED_DOC)
+    progress: Progress | None = Field(description="while running: the current stage and elapsed times")
+    stages: list[StageOut]
+
+
 class SubmissionStatus(BaseModel):
+    """The latest attempt at top level (as before), and every attempt, oldest first, in `attempts`."""
+
     id: str
     problem: str
     solution_name: str
@@ -42,15 +75,30 @@ class SubmissionStatus(BaseModel):
     finished_at: datetime | None
     verdict: str | None
     summary: str | None
-    seed: int | None = Field(description="the audit's secret seed, shown once the audit has finished")
+    seed: str | None = Field(description=SEED_DOC)
+    progress: Progress | None = Field(description="while running: the current stage and elapsed times")
     stages: list[StageOut]
+    attempts: list[Attempt] = Field(description="every audit of this submission, oldest first: a re-audit keeps the earlier results")
 
 
-class FieldError(BaseModel):
-    field: str
-    reason: str
+class SubmissionSummary(BaseModel):
+    id: str
+    problem: str
+    solution_name: str
+    submitter: str
+    created_at: datetime
+    audit_id: str
+    attempt: int
+    status: AuditStatus
+    verdict: str | None
+    finished_at: datetime | None
+    status_url: str
 
 
-class InvalidSolution(BaseModel):
-    detail: str
-    errors: list[FieldError]
+class SubmissionPage(BaseModel):
+    items: list[SubmissionSummary]
+    next_cursor: str | None = Field(description="pass as ?cursor= for the next page; null on the last page")
+
+
+__all__ = ["Attempt", "FieldError", "InvalidSolution", "Progress", "StageOut", "SubmissionAccepted", "SubmissionPage",
+           "SubmissionStatus", "SubmissionSummary"]

@@ -10,15 +10,20 @@ from typing import Any
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from app.audits import events
 from app.audits import repository as audits
-from app.audits.status import FINISHED, AuditStatus
+from app.audits.status import AuditStatus
 from app.auth.principal import Principal
+from app.core.db import utcnow
 from app.core.settings import Settings
 from app.core.unit_of_work import UnitOfWork
 from app.models import Submission
 from app.problems.service import reaudit as new_reaudit
 from app.submissions import repository
-from app.submissions.schemas import StageOut, SubmissionStatus
+from app.submissions.cursor import decode as decode_cursor
+from app.submissions.cursor import encode as encode_cursor
+from app.submissions.schemas import SubmissionPage, SubmissionStatus, SubmissionSummary
+from app.submissions.views import attempt_out
 
 
 class IdempotencyConflict(Exception):
@@ -70,6 +75,7 @@ def submit(uow: UnitOfWork, settings: Settings, principal: Principal, *, problem
         if existing is None:
             raise
         return _replay(session, existing, digest)
+    events.submission_received(session, sub, audit)
     uow.enqueue(audit)
     return Accepted(sub.id, audit.id, audit.status, False, audits.queue_position(session, audit))
 
@@ -82,15 +88,28 @@ def reaudit(uow: UnitOfWork, settings: Settings, sub: Submission, problem_hash: 
 
 
 def status(session: Session, sub: Submission) -> SubmissionStatus:
-    audit = audits.latest_audit(session, sub.id)
-    assert audit is not None
-    rows = repository.stages_of(session, audit)
-    done = audit.status in FINISHED
+    """The latest attempt at top level, and every attempt (with its stages and, while running, its progress)."""
+    now = utcnow()
+    attempts = [attempt_out(a, rows, now) for a, rows in repository.audits_with_stages(session, sub.id)]
+    latest = attempts[-1]
     return SubmissionStatus(
         id=sub.id, problem=sub.problem_name, solution_name=sub.solution_name, submitter=sub.submitter, source_hash=sub.source_hash,
-        created_at=sub.created_at, audit_id=audit.id, attempt=audit.attempt, status=audit.status, reason=audit.reason,  # type: ignore[arg-type]
-        started_at=audit.started_at, finished_at=audit.finished_at, verdict=audit.verdict, summary=audit.summary,
-        seed=audit.seed if done else None,
-        stages=[StageOut(name=r.name, status=r.status, summary=r.summary, metrics=r.metrics, evidence=r.evidence,
-                         duration_s=r.duration_s, finished_at=r.created_at) for r in rows],
+        created_at=sub.created_at, audit_id=latest.audit_id, attempt=latest.attempt, status=latest.status, reason=latest.reason,
+        started_at=latest.started_at, finished_at=latest.finished_at, verdict=latest.verdict, summary=latest.summary,
+        seed=latest.seed, progress=latest.progress, stages=latest.stages, attempts=attempts,
     )
+
+
+def list_submissions(session: Session, principal: Principal, *, limit: int, status: AuditStatus | None = None,
+                     problem: str | None = None, cursor: str | None = None) -> SubmissionPage:
+    """The caller's submissions (an admin's: everyone's), newest first, with their latest audit. Raises BadCursor."""
+    q = repository.PageQuery(limit=limit + 1, api_key_id=None if principal.is_admin else principal.key_id,
+                             status=status.value if status else None, problem=problem,
+                             after=decode_cursor(cursor) if cursor else None)
+    rows = repository.page(session, q)
+    items = [SubmissionSummary(id=s.id, problem=s.problem_name, solution_name=s.solution_name, submitter=s.submitter,
+                               created_at=s.created_at, audit_id=a.id, attempt=a.attempt, status=AuditStatus(a.status),
+                               verdict=a.verdict, finished_at=a.finished_at, status_url=f"/v1/submissions/{s.id}")
+             for s, a in rows[:limit]]
+    more = len(rows) > limit
+    return SubmissionPage(items=items, next_cursor=encode_cursor(items[-1].created_at, items[-1].id) if more else None)

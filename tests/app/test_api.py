@@ -25,6 +25,14 @@ def api(request: pytest.FixtureRequest, tmp_path) -> Iterator[tuple[TestClient, 
         yield client, keys, settings
 
 
+@pytest.fixture
+def sqlite_api(sqlite_settings: Settings) -> Iterator[tuple[TestClient, dict[str, str], Settings]]:
+    """The API on the embedded default's storage only: for behaviour that does not depend on the database."""
+    keys = bootstrap(sqlite_settings)
+    with TestClient(create_app(sqlite_settings)) as client:
+        yield client, keys, sqlite_settings
+
+
 def auth(key: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {key}"}
 

@@ -1,6 +1,10 @@
-"""The static stage: AST scan for cheat patterns, aliases resolved, legitimate kernels left alone."""
+"""The static stage: AST scan for cheat patterns, aliases resolved, legitimate kernels left alone;
+kernelguard (PyPI) as a second rule source."""
 
 from __future__ import annotations
+
+from importlib.metadata import version
+from pathlib import Path
 
 import pytest
 
@@ -9,6 +13,7 @@ from worker.context import AuditContext
 from worker.formats import Solution, SolutionSpec, SourceFile
 from worker.stages import static
 from worker.stages.result import StageStatus
+from worker.static.kernelguard_rules import KERNELGUARD_VERSION, scan_solution_with_kernelguard
 from worker.static.rules import RULES
 from worker.static.scanner import scan_source
 
@@ -16,8 +21,14 @@ CATALOGUE = load_catalogue()
 EXAMPLES = [(p.name, n, s) for p in CATALOGUE for n, s in p.example_solutions().items()]
 
 
-def _rules(src: str, entry: str | None = "run") -> dict[str, str]:
-    return {f.rule: f.severity for f in scan_source("k.py", src, entry)}
+def _rules(src: str, entry: str | None = "run", language: str = "python") -> dict[str, str]:
+    return {f.rule: f.severity for f in scan_source("k.py", src, entry, language)}
+
+
+def _solution(sources: dict[str, str], language: str = "python", dps: bool = True) -> Solution:
+    spec = SolutionSpec(language=language, entry_point=f"{next(iter(sources))}::run", destination_passing_style=dps)
+    return Solution(name="s", definition="embedding_backward", spec=spec,
+                    sources=[SourceFile(path=p, content=c) for p, c in sources.items()])
 
 
 @pytest.mark.parametrize(("problem", "name", "solution"), EXAMPLES, ids=[f"{p}/{n}" for p, n, _ in EXAMPLES])
@@ -83,6 +94,58 @@ CHEATS = [
     ("def run(x, out):\n    open('/tmp/o.txt', 'w').write('x')\n", "file-access", "warn"),
     ("import os\ndef run(x, out):\n    return os.environ.get('BENCH')\n", "env-read", "warn"),
     ("import os\nMODE = os.getenv('BENCH')\n", "env-read", "warn"),
+    # environment sniffing: the whole environment, a tell-tale variable, /proc, the parent, host, user, paths
+    ("import os\nW = any('KAUDIT' in k for k in os.environ)\n", "env-sniff", "fail"),
+    ("import os\nE = dict(os.environ)\n", "env-sniff", "fail"),
+    ("import os\nE = os.environ.copy()\n", "env-sniff", "fail"),
+    ("from os import environ\nE = list(environ.items())\n", "env-sniff", "fail"),
+    ("import os\nW = os.getenv('KAUDIT_SANDBOX') is not None\n", "env-sniff", "fail"),
+    ("import os\nW = 'PYTEST_CURRENT_TEST' in os.environ\n", "env-sniff", "fail"),
+    ("import os\nW = os.environ['DATABASE_URL']\n", "env-sniff", "fail"),
+    ("import os\ndef run(name):\n    return os.getenv(name)\n", "env-sniff", "fail"),
+    ("import os\ndef run():\n    return open(f'/proc/{os.getppid()}/environ').read()\n", "env-sniff", "fail"),
+    ("from pathlib import Path\nP = Path('/proc') / 'self' / 'cgroup'\n", "env-sniff", "fail"),
+    ("import os\nP = os.path.join('/sys', 'fs', 'cgroup')\n", "env-sniff", "fail"),
+    ("W = 'sandbox' in __file__\n", "env-sniff", "fail"),
+    ("W = __file__.endswith('solution/kernel.py')\n", "env-sniff", "fail"),
+    ("import os\nW = os.getcwd()\n", "env-sniff", "fail"),
+    ("from pathlib import Path\nW = Path.cwd()\n", "env-sniff", "fail"),
+    ("import platform\nW = platform.node()\n", "env-sniff", "fail"),
+    ("import os\nW = os.getuid() == 0\n", "env-sniff", "fail"),
+    ("from os import getppid\nW = getppid()\n", "env-sniff", "fail"),
+    ("import sys\nW = 'benchmark' in sys.argv\n", "env-sniff", "fail"),
+    ("import psutil\n", "env-sniff", "fail"),
+    ("def run(name):\n    return name == 'kaudit-sandbox'\n", "env-sniff", "fail"),
+    # the service's broker and database
+    ("import redis\n", "network", "fail"),
+    ("from psycopg import connect\n", "network", "fail"),
+    ("import celery\n", "network", "fail"),
+    # Python's installation: site, pip, a .pth, site-packages, the harness through sys.modules
+    ("import site\n", "harness-patch", "fail"),
+    ("import pip\n", "harness-patch", "fail"),
+    ("def run():\n    open('/x/zz.pth', 'w')\n", "harness-patch", "fail"),
+    ("P = '/venv/lib/python3.11/site-packages/x.py'\n", "harness-patch", "fail"),
+    ("import sys\nM = sys.modules.get('worker.sandbox.child')\n", "harness-patch", "fail"),
+    ("import app.core.settings\n", "harness-patch", "fail"),
+    # code that is not the scanned Python
+    ("from pathlib import Path\nexec(Path('k.txt').read_text())\n", "foreign-code", "fail"),
+    ("import base64\nexec(base64.b64decode('eD0x'))\n", "foreign-code", "fail"),
+    ("import importlib.util\ns = importlib.util.spec_from_file_location('h', 'h.txt')\n", "foreign-code", "fail"),
+    ("from importlib.machinery import SourceFileLoader\nm = SourceFileLoader('h', 'h.json')\n", "foreign-code", "fail"),
+    ("import ctypes\nL = ctypes.CDLL('./libfast.so')\n", "foreign-code", "fail"),
+    ("from ctypes import cdll\nL = cdll.LoadLibrary('libk.so')\n", "foreign-code", "fail"),
+    ("import pickle\nC = pickle.loads(b'')\n", "foreign-code", "fail"),
+    ("import marshal\nC = marshal.loads(b'')\n", "foreign-code", "fail"),
+    ("import torch\nW = torch.load('w.pt', weights_only=False)\n", "foreign-code", "fail"),
+    ("import numpy as np\nW = np.load('w.npy', allow_pickle=True)\n", "foreign-code", "fail"),
+    ("import torch\ntorch.ops.load_library('libops.so')\n", "foreign-code", "fail"),
+    ("import torch\nm = torch.jit.load('m.pt')\n", "foreign-code", "fail"),
+    ("import sys\nsys.path.insert(0, '/tmp/elsewhere')\n", "foreign-code", "fail"),
+    ("from torch.utils.cpp_extension import load_inline\nm = load_inline('k', cpp_sources='int f();')\n", "foreign-code", "fail"),
+    # a cache keyed on a few sampled input values (issue 9: "11.5x faster")
+    ("_C = {}\ndef run(x, out):\n    key = tuple(x[:4].tolist())\n    hit = _C.get(key)\n", "value-keyed-cache", "fail"),
+    ("_C = {}\ndef run(x, out):\n    if x[0].item() in _C:\n        out.copy_(_C[x[0].item()])\n", "value-keyed-cache", "fail"),
+    ("import os\ndef run():\n    return os.environ.get('CUDA_VISIBLE_DEVICES')\n", "env-read", "warn"),
 ]
 
 
@@ -111,6 +174,13 @@ BENIGN = [
     "import re, torch\nP = re.compile('x')\nf = torch.compile(lambda x: x)\n",
     # local variables named like modules are not modules
     "def run(time, out):\n    time.perf_counter = 1\n",
+    # a device setting read by name, a sibling file found through __file__, prose in a docstring
+    "import os\nDEV = os.environ.get('CUDA_VISIBLE_DEVICES', '0')\nLB = os.getenv('TRITON_INTERPRET')\n",
+    "import os\nSRC = os.path.join(os.path.dirname(__file__), 'kernel.cu')\n",
+    '"""Runs in the audit sandbox; reads no /proc, unlike a cheat."""\ndef run(x, out):\n    """No sandbox tricks."""\n    out.copy_(x)\n',
+    # safe loaders, a local config table keyed on an int, a workspace keyed on a shape
+    "import torch\nW = torch.load('w.pt', weights_only=True)\n",
+    "_WS = {}\ndef run(x, out):\n    n = x.shape[0]\n    if n not in _WS:\n        _WS[n] = x.new_empty(n)\n",
 ]
 
 
@@ -139,8 +209,10 @@ def test_stage_fails_on_any_fail_rule_and_reports_warnings() -> None:
     result = static.run(AuditContext(problem=problem, solution=sol))
     assert result.status is StageStatus.failed
     assert result.summary.startswith("kernel.py:7 [timer-monkeypatch]")
-    assert result.metrics["fail_rules"] == ["timer-monkeypatch"]
+    # ours names the line; kernelguard agrees (TIMER_MONKEYPATCH), for the whole file
+    assert result.metrics["fail_rules"] == ["timer-monkeypatch", "kernelguard"]
     assert result.metrics["warn_rules"] == ["low-precision-cast"]
+    assert result.evidence["rule_sources"]["kernelguard"] == KERNELGUARD_VERSION
     files = {f["file"] for f in result.evidence["findings"]}
     assert files == {"kernel.py", "helper.py"}
 
@@ -154,3 +226,61 @@ def test_unparseable_python_fails_and_other_files_warn() -> None:
     assert _rules("def run(:\n") == {"dynamic-code": "fail"}
     (f,) = scan_source("kernel.cu", "__global__ void k() {}", None)
     assert (f.rule, f.severity) == ("unparsed", "warn")
+
+
+def test_native_builds_warn_for_cuda_and_cpp_solutions_and_fail_elsewhere() -> None:
+    src = "from torch.utils.cpp_extension import load_inline\nm = load_inline('k', cpp_sources='int f();', cuda_sources='')\n"
+    for language in ("cuda", "cpp"):
+        assert _rules(src, language=language) == {"native-extension": "warn"}
+    assert _rules(src, language="triton") == {"foreign-code": "fail"}
+    fed_data = "import torch.utils.cpp_extension as ext\nm = ext.load('k', sources=['kernel.cu', 'blob.txt'])\n"
+    assert _rules(fed_data, language="cuda")["foreign-code"] == "fail"
+
+
+def test_shipped_binaries_fail_and_text_sources_only_warn() -> None:
+    for name in ("libfast.so", "kernel.cubin", "weights.pkl", "mod.pyc"):
+        (f,) = scan_source(name, "not really binary", None)
+        assert (f.rule, f.severity) == ("foreign-code", "fail"), name
+    (f,) = scan_source("payload.txt", "x = 1", None)
+    assert (f.rule, f.severity) == ("unparsed", "warn")
+
+
+def test_kernelguard_is_the_pinned_version() -> None:
+    assert version("kernelguard") == KERNELGUARD_VERSION
+
+
+def test_kernelguard_catches_what_our_rules_miss() -> None:
+    """State on the entry function's attributes replaying the last output: kernelguard's LAST_CALL_REPLAY."""
+    src = (
+        "import torch\n\ndef run(indices, grad_output, num_embeddings, padding_idx):\n"
+        "    key = (id(indices), id(grad_output))\n    if getattr(run, 'key', None) == key:\n        return run.last\n"
+        "    out = torch.zeros(num_embeddings, grad_output.shape[1])\n    out.index_add_(0, indices, grad_output)\n"
+        "    run.key = key\n    run.last = out\n    return out\n"
+    )
+    assert not [f for f in scan_source("kernel.py", src, "run") if f.severity == "fail"]
+    problem = CATALOGUE.get("embedding_backward")
+    result = static.run(AuditContext(problem=problem, solution=_solution({"kernel.py": src}, dps=False)))
+    assert result.status is StageStatus.failed
+    assert result.metrics["fail_rules"] == ["kernelguard"]
+    assert "LAST_CALL_REPLAY" in result.summary
+
+
+def test_kernelguard_signals_only_warn() -> None:
+    src = "import torch\n\ndef run(x, out):\n    out.copy_(x.to(torch.bfloat16).float())\n"
+    findings = scan_solution_with_kernelguard(_solution({"kernel.py": src}))
+    assert findings and all(f.rule == "kernelguard-signal" and f.severity == "warn" for f in findings)
+
+
+def test_kernelguard_that_does_not_finish_fails_the_stage() -> None:
+    """A source built to stall a checker must not stall the worker: the child is killed at the limit."""
+    (f,) = scan_solution_with_kernelguard(_solution({"kernel.py": "def run(x, out):\n    out.copy_(x)\n"}), time_limit_s=0.001)
+    assert (f.rule, f.severity) == ("kernelguard-timeout", "fail")
+
+
+def test_scanning_never_runs_the_submission(tmp_path: Path) -> None:
+    """Both rule sources read the source; neither imports or executes it."""
+    marker = tmp_path / "ran"
+    src = f"open({str(marker)!r}, 'w').write('x')\n\ndef run(x, out):\n    out.copy_(x)\n"
+    problem = CATALOGUE.get("embedding_backward")
+    static.run(AuditContext(problem=problem, solution=_solution({"kernel.py": src})))
+    assert not marker.exists()

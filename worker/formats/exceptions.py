@@ -14,10 +14,21 @@ class FormatError(ValueError):
         super().__init__(f"{source}: " + "; ".join(problems))
 
 
+_PYDANTIC_PREFIXES = ("Value error, ", "Assertion failed, ")
+
+
+def plain_reason(msg: str) -> str:
+    """pydantic's message without the 'Value error, ' prefix it adds to a validator's own words."""
+    for prefix in _PYDANTIC_PREFIXES:
+        if msg.startswith(prefix):
+            return msg[len(prefix):]
+    return msg
+
+
 def describe_validation_error(err: ValidationError) -> list[str]:
     """Turn pydantic's errors into 'field.path: what was expected' lines."""
     lines = []
     for e in err.errors():
         loc = ".".join(str(p) for p in e["loc"]) or "(root)"
-        lines.append(f"{loc}: {e['msg']}")
+        lines.append(f"{loc}: {plain_reason(e['msg'])}")
     return lines

@@ -10,6 +10,7 @@ from pydantic import BaseModel, ValidationError
 
 from worker.formats.definition import Definition
 from worker.formats.exceptions import FormatError, describe_validation_error
+from worker.formats.json_bounds import JsonTooDeep, loads_bounded
 from worker.formats.solution import Solution, SolutionSpec, SourceFile
 from worker.formats.workload import Workload
 
@@ -25,11 +26,13 @@ def parse_model(model: type[M], data: object, source: str) -> M:
 
 def _read_json(path: Path) -> object:
     try:
-        return json.loads(path.read_text())
+        return loads_bounded(path.read_text())
     except FileNotFoundError as err:
         raise FormatError(str(path), ["file not found"]) from err
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+    except (UnicodeDecodeError, json.JSONDecodeError, JsonTooDeep) as err:
         raise FormatError(str(path), [f"not valid JSON: {err}"]) from err
+    except OSError as err:
+        raise FormatError(str(path), [f"cannot read: {err.strerror or err}"]) from err
 
 
 def load_definition(path: Path) -> Definition:
@@ -62,7 +65,7 @@ def solution_from_python_file(path: Path, definition: str, *, destination_passin
     """The shorthand: a single .py file with a `run` function is a python solution."""
     try:
         content = path.read_text()
-    except (FileNotFoundError, UnicodeDecodeError) as err:
+    except (OSError, UnicodeDecodeError) as err:
         raise FormatError(str(path), [f"cannot read: {err}"]) from err
     uses_triton = "import triton" in content or "from triton" in content
     return parse_model(

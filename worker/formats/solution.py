@@ -82,7 +82,8 @@ class Solution(BaseModel):
         if len(set(paths)) != len(paths):
             raise ValueError("sources: two files share one path")
         if self.spec.entry_file not in paths:
-            raise ValueError(f"spec.entry_point: file '{self.spec.entry_file}' is not among sources {paths}")
+            shown = ", ".join(repr(p[:100]) for p in paths[:5]) + (f" and {len(paths) - 5} more" if len(paths) > 5 else "")
+            raise ValueError(f"spec.entry_point: file '{self.spec.entry_file[:200]}' is not among sources ({shown})")
         total = sum(len(s.content.encode()) for s in self.sources)
         if total > MAX_SOURCE_BYTES:
             raise ValueError(f"sources: {total} bytes in all, over the limit of {MAX_SOURCE_BYTES}")

@@ -18,10 +18,17 @@ from worker.generic import shapes
 from worker.generic.roles import InputRole, classify, pad_scalar
 from worker.generic.structure import Structure, infer_structure
 from worker.inputs import build_case
-from worker.problem_spec import AuditSpec, BucketBy, InputGenerator, OutputBudget, ProbeSpec
+from worker.problem_spec import (
+    AuditSpec,
+    BucketBy,
+    InputGenerator,
+    OutputBudget,
+    ProbeSpec,
+)
 from worker.reference import Reference
 
 SCALES = (1e-4, 1e-2, 1e3)
+OFFSET_MEAN = 100.0
 LONG_FACTOR = {"cpu": 8, "gpu": 4}
 MAX_LONG_AXES = 2
 
@@ -118,6 +125,13 @@ def derive_plan(
             add(f"scale_{scale:g}:{name}", f"'{name}' at std {scale:g} (activations and gradients span 1e-4..1e3 in "
                 "training): catches fp16 overflow, lost eps, underflowing sums of squares",
                 shapes.jittered(definition, base_axes, gen), {name: InputGenerator(kind="normal", std=scale)})
+        add(f"offset:{name}", f"'{name}' with mean {OFFSET_MEAN:g} and std 1 (un-centred activations, a residual "
+            "stream's drift): one-pass statistics cancel", shapes.jittered(definition, base_axes, gen),
+            {name: InputGenerator(kind="normal", mean=OFFSET_MEAN, std=1.0)})
+        if len(definition.inputs[name].shape or []) >= 2:
+            add(f"zero_rows:{name}", f"a quarter of the rows of '{name}' exactly zero (padding tokens, masked "
+                "positions): a scale or norm of zero must not give 0/0", shapes.jittered(definition, base_axes, gen),
+                {name: InputGenerator(kind="zero_rows", fraction=0.25)})
     odd_axes = shapes.odd(definition, base_axes, gen)
     if odd_axes != base_axes:
         add("odd_shape", "axis sizes that are multiples of no block size: tail masks must be right", odd_axes)

@@ -2,7 +2,21 @@
 
 On CUDA: warm-up, then `reps` calls each bracketed by CUDA events, with the L2 cache
 flushed before each call; the host's time to issue each call is kept as well. On the
-CPU: wall-clock per call.
+CPU: wall-clock per call. `fn(i)` is call number i (warm-up calls get -1 - k), `prepare(i)`
+runs before it, outside the measured window (fresh poisoned outputs are made there).
+
+What remains trusted when the child times a kernel (the benchmark stage, GPU): the numbers
+come from the child's process, which the submission owns. The child uses copies of the CUDA
+event functions taken before the submission was imported and reports any replaced timer,
+checker or harness function ("tampered"), but a submission that rewrites that report too can
+claim any time. What the parent checks itself: every timed call gets fresh inputs (none
+repeats, so nothing can be memoised) and a fresh NaN-poisoned output, and a random sample of
+the timed calls' outputs (chosen by the parent, unknown to the kernel unless it reads the
+harness's memory) is judged against the reference; the claimed device times add up to no
+more than the parent's own wall clock around the whole request; and no call is faster than
+its bytes moved over the card's memory bandwidth (`bandwidth_floor_ms`). So a forged time
+can only lie between that floor and the truth. On the CPU the parent times each call itself
+(the round trip of one request, IPC included), so the child's clock is not used at all.
 """
 
 from __future__ import annotations
@@ -16,6 +30,8 @@ import torch
 from pydantic import BaseModel, Field
 
 L2_FLUSH_BYTES = 256 * 1024 * 1024
+# a conservative (peak) memory bandwidth for the floor: an H200's HBM3e, 4.8 TB/s
+GPU_BANDWIDTH_BYTES_PER_S = 4.8e12
 
 
 class TimingConfig(BaseModel):
@@ -59,20 +75,25 @@ class TimingSample(BaseModel):
 
 
 def measure(
-    fn: Callable[[], object],
+    fn: Callable[[int], object],
     device: str | torch.device,
     cfg: TimingConfig,
     *,
+    prepare: Callable[[int], object] | None = None,
     clock: Callable[[], float] = time.perf_counter,
     event: Callable[..., Any] | None = None,
     elapsed: Callable[[Any, Any], float] | None = None,
 ) -> TimingSample:
-    """Time `fn`; `clock`, `event` and `elapsed` default to this process's own (the child passes its pristine copies)."""
+    """Time `fn(i)` for i in range(reps) after `warmup` calls; `prepare(i)` runs before each, unmeasured.
+
+    `clock`, `event` and `elapsed` default to this process's own (the child passes its pristine copies)."""
     dev = torch.device(device)
+    before = prepare or (lambda i: None)
+    for k in range(cfg.warmup):
+        before(-1 - k)
+        fn(-1 - k)
     if dev.type == "cuda":
         flush = torch.empty(L2_FLUSH_BYTES, dtype=torch.int8, device=dev)
-        for _ in range(cfg.warmup):
-            fn()
         torch.cuda.synchronize(dev)
         make_event = event or torch.cuda.Event
         elapsed_ms = elapsed or torch.cuda.Event.elapsed_time
@@ -80,29 +101,34 @@ def measure(
         ends = [make_event(enable_timing=True) for _ in range(cfg.reps)]
         host = []
         for i in range(cfg.reps):
+            before(i)
             if cfg.flush_l2:
                 flush.zero_()
             h0 = clock()
             starts[i].record()
-            fn()
+            fn(i)
             ends[i].record()
             host.append((clock() - h0) * 1e3)
         torch.cuda.synchronize(dev)
         return TimingSample(
             times_ms=[float(elapsed_ms(s, e)) for s, e in zip(starts, ends)], clock="cuda_events", host_times_ms=host
         )
-    for _ in range(cfg.warmup):
-        fn()
     times = []
-    for _ in range(cfg.reps):
+    for i in range(cfg.reps):
+        before(i)
         t0 = clock()
-        fn()
+        fn(i)
         times.append((clock() - t0) * 1e3)
     return TimingSample(times_ms=times, clock="wall_clock_cpu")
 
 
-
-
 def time_trusted(fn: Callable[[], object], device: str | torch.device, cfg: TimingConfig) -> TimingSample:
-    """Time `fn` in this (trusted) process exactly as the child's op_time does."""
-    return measure(fn, device, cfg)
+    """Time `fn` in this (trusted) process with the same loop as the child's op_time."""
+    return measure(lambda _: fn(), device, cfg)
+
+
+def bandwidth_floor_ms(bytes_moved: int, device: str | torch.device) -> float | None:
+    """The least time a call that reads its inputs and writes its outputs once can take (GPU); None on the CPU."""
+    if torch.device(device).type != "cuda":
+        return None
+    return bytes_moved / GPU_BANDWIDTH_BYTES_PER_S * 1e3

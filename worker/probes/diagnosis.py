@@ -4,7 +4,7 @@ The key pattern: error that grows with index multiplicity (rows summing more
 contributions) or with reduction length, while the ideal error stays flat, is the
 signature of a low-precision accumulator. The accumulator's precision is estimated
 from the worst bucket: zero-mean terms summed in an accumulator with unit roundoff u
-give a relative error of about 0.29 * u * sqrt(k) (bf16: 1.15e-3 * sqrt(k), DESIGN.md).
+give a relative error of about 0.29 * u * sqrt(k) (bf16: 1.15e-3 * sqrt(k), docs/design.md).
 """
 
 from __future__ import annotations

@@ -93,6 +93,11 @@ class NormalParams(_Params):
     mean: float = 0.0
 
 
+class ZeroRowsParams(_Params):
+    fraction: float = Field(0.25, gt=0, le=1)
+    std: float = Field(1.0, gt=0)
+
+
 class PositiveParams(_Params):
     scale: float = Field(1e-3, gt=0)
 
@@ -207,6 +212,18 @@ def normal(ctx: GenContext, p: NormalParams) -> torch.Tensor:
     return _as_float(ctx, z * p.std + p.mean)
 
 
+def zero_rows(ctx: GenContext, p: ZeroRowsParams) -> torch.Tensor:
+    """Normal rows (the last dim is a row) with a fraction of whole rows exactly zero: padding tokens, masked positions."""
+    if ctx.shape is None or len(ctx.shape) < 2:
+        raise ctx.fail("zero_rows needs a tensor of rank 2 or more")
+    width = ctx.shape[-1]
+    rows = ctx.numel // max(width, 1)
+    z = torch.randn((rows, width), generator=ctx.gen, dtype=torch.float64) * p.std
+    dead = torch.randperm(rows, generator=ctx.gen)[: max(1, round(p.fraction * rows))]
+    z[dead] = 0.0
+    return _as_float(ctx, z)
+
+
 def positive(ctx: GenContext, p: PositiveParams) -> torch.Tensor:
     z = torch.randn((ctx.numel,), generator=ctx.gen, dtype=torch.float64)
     return _as_float(ctx, z.abs() * p.scale)
@@ -264,6 +281,7 @@ GENERATORS: dict[str, Generator] = {
     "padding_heavy": Generator(PaddingParams, padding_heavy),
     "normal": Generator(NormalParams, normal),
     "positive": Generator(PositiveParams, positive),
+    "zero_rows": Generator(ZeroRowsParams, zero_rows),
     "shared_direction": Generator(SharedDirectionParams, shared_direction),
     "scalar": Generator(ScalarParams, scalar),
     "from_axis": Generator(FromAxisParams, from_axis),

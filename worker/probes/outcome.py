@@ -20,6 +20,7 @@ class ProbeOutcome(BaseModel):
     kernel_error: str | None = Field(None, description="the kernel raised or its process died on this probe")
     input_error: str | None = Field(None, description="the probe's inputs could not be built (audit.json problem)")
     not_applicable: str | None = Field(None, description="a derived probe the definition's reference rejects (not run)")
+    oracle_note: str | None = Field(None, description="generic oracle: what this probe was judged against, where not fp64")
     outputs: list[OutputError] = Field(default_factory=list)
     input_stats: dict[str, Any] = Field(default_factory=dict)
 
@@ -39,6 +40,8 @@ class ProbeOutcome(BaseModel):
             m["kernel_error"] = self.kernel_error
         if self.input_error:
             m["input_error"] = self.input_error
+        if self.oracle_note:
+            m["oracle_note"] = self.oracle_note
         m["outputs"] = {
             o.output: {
                 "worst_ratio": round(o.worst_ratio, 3),

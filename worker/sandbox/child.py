@@ -70,6 +70,7 @@ def op_call(state: HarnessState, payload: dict[str, Any]) -> dict[str, Any]:
     exact_types = [type(r) is torch.Tensor for r in results]
     return {
         "ok": True,
+        "tampered": state.tampered(),
         "outputs": [_plain(r) for r in results],
         "exact_tensor_types": exact_types,
         "args_after": [_plain(a) if isinstance(a, torch.Tensor) else a for a in args],
@@ -77,13 +78,33 @@ def op_call(state: HarnessState, payload: dict[str, Any]) -> dict[str, Any]:
 
 
 def op_time(state: HarnessState, payload: dict[str, Any]) -> dict[str, Any]:
-    args = harness.prepare_args(state, payload)
-    outs = harness.alloc_outputs(state, payload["outputs"], None)
+    """`reps` timed calls, call i on its own input set (`args` holds them one after another, `n_args` each)
+    into fresh poisoned outputs; the outputs of the calls listed in `check` go back for the parent to judge."""
+    n_args = int(payload["n_args"])
+    flat = payload["args"]
+    cases = [harness.prepare_args(state, {"args": flat[i:i + n_args], "noncontiguous": payload.get("noncontiguous", [])})
+             for i in range(0, len(flat), n_args)] if n_args else [[]]
     cfg = timing.TimingConfig(warmup=int(payload["warmup"]), reps=int(payload["reps"]),
                               flush_l2=bool(payload.get("flush_l2", True)))
-    sample = timing.measure(lambda: harness.invoke(state, args, outs), state.device, cfg, clock=state.perf_counter,
+    if len(cases) < cfg.reps:
+        raise ValueError(f"{cfg.reps} timed calls need as many input sets, got {len(cases)}")
+    check = {int(i) for i in payload.get("check", [])}
+    current: list[list[torch.Tensor]] = [[]]
+    kept: dict[int, list[Any]] = {}
+
+    def prepare(i: int) -> None:
+        current[0] = harness.alloc_outputs(state, payload["outputs"], payload.get("poison"))
+
+    def call(i: int) -> None:
+        results = harness.invoke(state, cases[i if i >= 0 else (-1 - i) % len(cases)], current[0])
+        if i in check:
+            kept[i] = results
+
+    sample = timing.measure(call, state.device, cfg, prepare=prepare, clock=state.perf_counter,
                             event=state.pristine["torch.cuda.Event"], elapsed=state.pristine["torch.cuda.Event.elapsed_time"])
-    return {"ok": True, **sample.model_dump(exclude_none=True), "tampered": state.tampered()}
+    outputs = [_plain(r) for i in sorted(kept) for r in kept[i]]
+    return {"ok": True, **sample.model_dump(exclude_none=True), "outputs": outputs, "checked": sorted(kept),
+            "tampered": state.tampered()}
 
 
 # every op the child serves: name -> (state, payload) -> reply
@@ -98,7 +119,7 @@ OPS: dict[str, Callable[[HarnessState, dict[str, Any]], dict[str, Any]]] = {
 
 def main() -> None:
     read_fd, write_fd = int(sys.argv[1]), int(sys.argv[2])
-    state = HarnessState()
+    state = HarnessState(OPS)
     spill_dir = spill.open_folder(Path.cwd() / spill.FOLDER)
     while True:
         try:

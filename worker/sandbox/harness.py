@@ -11,37 +11,51 @@ from typing import Any
 
 import torch
 
+from worker.numerics import timing
+
 _POISON_INT = -(2**31) + 7
 
 
+def _watched() -> dict[str, object]:
+    """The timer, checker and harness functions a forger would replace, as they are now."""
+    return {
+        "time.perf_counter": time.perf_counter,
+        "torch.cuda.Event": torch.cuda.Event,
+        "torch.cuda.Event.elapsed_time": torch.cuda.Event.elapsed_time,
+        "torch.cuda.Event.record": torch.cuda.Event.record,
+        "torch.cuda.synchronize": torch.cuda.synchronize,
+        "torch.allclose": torch.allclose,
+        "torch.testing.assert_close": torch.testing.assert_close,
+        "worker.numerics.timing.measure": timing.measure,
+        "worker.sandbox.harness.invoke": invoke,
+        "worker.sandbox.harness.alloc_outputs": alloc_outputs,
+    }
+
+
 class HarnessState:
-    def __init__(self) -> None:
+    """`ops`: the child's op table; a replaced handler (or a handler whose code was swapped) counts as tampering.
+
+    A tripwire, not a wall: the submission can rewrite this check too. The walls are the parent's
+    own clock (CPU), its checks of timed outputs and the bandwidth floor (see worker.numerics.timing)."""
+
+    def __init__(self, ops: dict[str, Callable[..., Any]] | None = None) -> None:
         self.device = torch.device("cpu")
         self.fn: Callable[..., Any] | None = None
         self.dps = True
         # trusted references to the timers, taken before any submission code runs
         self.perf_counter = time.perf_counter
-        self.pristine: dict[str, object] = {
-            "time.perf_counter": time.perf_counter,
-            "torch.cuda.Event": torch.cuda.Event,
-            "torch.cuda.Event.elapsed_time": torch.cuda.Event.elapsed_time,
-            "torch.cuda.Event.record": torch.cuda.Event.record,
-            "torch.cuda.synchronize": torch.cuda.synchronize,
-            "torch.allclose": torch.allclose,
-            "torch.testing.assert_close": torch.testing.assert_close,
-        }
+        self.pristine: dict[str, object] = _watched()
+        self._ops = ops if ops is not None else {}
+        self._ops_pristine = {k: (v, getattr(v, "__code__", None)) for k, v in self._ops.items()}
 
     def tampered(self) -> list[str]:
-        now = {
-            "time.perf_counter": time.perf_counter,
-            "torch.cuda.Event": torch.cuda.Event,
-            "torch.cuda.Event.elapsed_time": torch.cuda.Event.elapsed_time,
-            "torch.cuda.Event.record": torch.cuda.Event.record,
-            "torch.cuda.synchronize": torch.cuda.synchronize,
-            "torch.allclose": torch.allclose,
-            "torch.testing.assert_close": torch.testing.assert_close,
-        }
-        return [k for k, v in self.pristine.items() if now[k] is not v]
+        now = _watched()
+        out = [k for k, v in self.pristine.items() if now[k] is not v]
+        for name, (fn, code) in self._ops_pristine.items():
+            current = self._ops.get(name)
+            if current is not fn or getattr(current, "__code__", None) is not code:
+                out.append(f"child op '{name}'")
+        return out
 
     def sync(self) -> None:
         if self.device.type == "cuda":

@@ -4,10 +4,11 @@ What the child gets (policy "namespaces"):
 - its own PID namespace (it sees only its own processes; killing the namespace's init, which
   `kill_namespace` does, makes the kernel kill every process in it, `setsid` daemons included),
   network namespace with no interface but loopback, IPC, UTS and (where possible) cgroup namespaces;
-- an unprivileged uid/gid (65534 by default) without capabilities and with no_new_privs: as root, bwrap
-  builds the namespaces and `setpriv` drops to that uid on the host as well (so RLIMIT_NPROC counts
-  and file permissions apply); as a non-root worker (the Docker image), bwrap maps the worker's uid
-  to that uid inside a new user namespace and nested user namespaces are disabled;
+- an unprivileged uid/gid without capabilities and with no_new_privs: as root, bwrap builds the
+  namespaces and `setpriv` drops to a fresh uid of its own on the host (`fresh_uid`: no file on the host
+  is its, and RLIMIT_NPROC counts only this sandbox's processes); as a non-root worker (the Docker
+  image), bwrap maps the worker's uid to 65534 inside a new user namespace (the process limit then
+  counts per namespace) and nested user namespaces are disabled;
 - a mount namespace that shows only what Python and torch need, read-only (/usr, the interpreter's
   prefix, the environment's site-packages, the engine's own `worker` package, a few /etc files, CUDA
   devices and /sys on GPU workers), a private size-capped tmpfs at /tmp holding its HOME, TMPDIR and
@@ -23,6 +24,7 @@ from __future__ import annotations
 import json
 import os
 import resource
+import secrets
 import select
 import shutil
 import sys
@@ -47,8 +49,10 @@ class IsolationPolicy(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    uid: int = Field(65534, ge=1)
-    gid: int = Field(65534, ge=1)
+    uid: int | None = Field(
+        None, ge=1, description="None: as root, a fresh uid per sandbox (its process limit is then its own, not "
+        "shared with other audits); as a non-root worker, 65534 inside the user namespace")
+
     max_processes: int = Field(256, ge=8, description="RLIMIT_NPROC: threads count too (torch starts one per core)")
     max_open_files: int = Field(1024, ge=64)
     max_file_bytes: int = Field(2 * GiB, ge=1)
@@ -57,6 +61,20 @@ class IsolationPolicy(BaseModel):
         16 * GiB, description="RLIMIT_DATA (heap and private writable mappings); None: unlimited"
     )
     tmp_bytes: int = Field(4 * GiB, ge=1 << 20, description="size of the private /tmp (HOME, Triton cache)")
+
+
+FRESH_UIDS = (1 << 20, 1 << 30)  # as root: each sandbox draws its uid (and gid) from this range, unused on hosts
+
+
+def fresh_uid() -> int:
+    return FRESH_UIDS[0] + secrets.randbelow(FRESH_UIDS[1] - FRESH_UIDS[0])
+
+
+def sandbox_uid(policy: IsolationPolicy) -> int:
+    """The uid the child runs as (inside its namespaces): the policy's, else fresh (root) or 65534."""
+    if policy.uid is not None:
+        return policy.uid
+    return fresh_uid() if as_root() else 65534
 
 
 class IsolationUnavailable(RuntimeError):
@@ -108,16 +126,16 @@ def as_root() -> bool:
     return os.geteuid() == 0
 
 
-def bwrap_argv(bwrap: str, policy: IsolationPolicy, spill_host: Path, info_fd: int, device: str,
+def bwrap_argv(bwrap: str, uid: int, policy: IsolationPolicy, spill_host: Path, info_fd: int, device: str,
                command: list[str]) -> list[str]:
-    """The full argv: bwrap's options, then (as root) setpriv dropping to the policy's uid, then `command`."""
+    """The full argv: bwrap's options, then (as root) setpriv dropping to `uid` (gid the same), then `command`."""
     argv = [bwrap, "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
             "--hostname", "localhost", "--die-with-parent", "--new-session", "--info-fd", str(info_fd)]
     if as_root():
         # bwrap builds the namespaces with real root; setpriv then becomes the unprivileged uid
         argv += ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
     else:
-        argv += ["--unshare-user", "--disable-userns", "--uid", str(policy.uid), "--gid", str(policy.gid),
+        argv += ["--unshare-user", "--disable-userns", "--uid", str(uid), "--gid", str(uid),
                  "--cap-drop", "ALL"]
     for name in _TOP_LEVEL:
         host = Path("/") / name
@@ -144,7 +162,7 @@ def bwrap_argv(bwrap: str, policy: IsolationPolicy, spill_host: Path, info_fd: i
         setpriv = shutil.which("setpriv")
         if setpriv is None:
             raise IsolationUnavailable("setpriv (util-linux) is missing: cannot drop to an unprivileged uid")
-        argv += ["--", setpriv, f"--reuid={policy.uid}", f"--regid={policy.gid}", "--clear-groups",
+        argv += ["--", setpriv, f"--reuid={uid}", f"--regid={uid}", "--clear-groups",
                  "--no-new-privs", "--inh-caps=-all", "--"]
     else:
         argv += ["--"]

@@ -113,13 +113,12 @@ class Sandbox:
     """One child process per audit; `request` sends an op and waits for its reply.
 
     `isolation` is "namespaces" (bubblewrap, see worker.sandbox.isolation) or "none"; left out, the
-    default is namespaces when available (see `default_isolation`). `budget_s` bounds the whole
-    sandbox's life (every request's timeout is cut to what is left of it), across restarts.
+    default is namespaces when available (see `default_isolation`).
     """
 
     def __init__(self, device: str = "cpu", *, default_timeout_s: float = 300.0, start_timeout_s: float = 120.0,
                  interrupts: tuple[type[BaseException], ...] = (), isolation: Isolation | None = None,
-                 policy: IsolationPolicy | None = None, budget_s: float | None = None) -> None:
+                 policy: IsolationPolicy | None = None) -> None:
         self.device = device
         # raised into a request from outside (a Celery time limit): the child is killed and the exception goes on
         self.interrupts = interrupts
@@ -127,12 +126,11 @@ class Sandbox:
         self.start_timeout_s = start_timeout_s
         self._isolation: Isolation = isolation if isolation is not None else default_isolation()
         self.policy = policy or IsolationPolicy()
-        self.budget_s = budget_s
-        self._budget_deadline: float | None = None
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
         self._proc: subprocess.Popen[bytes] | None = None
         self._ns: isolation.NamespaceInfo | None = None
         self._spill_fd = -1
+        self._ns_pidfd = -1
         self._to_child = -1
         self._from_child = -1
         self._loaded: Solution | None = None
@@ -149,8 +147,6 @@ class Sandbox:
 
     # lifecycle -----------------------------------------------------------
     def start(self) -> None:
-        if self.budget_s is not None and self._budget_deadline is None:
-            self._budget_deadline = time.monotonic() + self.budget_s
         # a neutral name: with isolation "none" the child sees this folder as its HOME
         self._tmp = tempfile.TemporaryDirectory()
         host = Path(self._tmp.name)
@@ -167,11 +163,12 @@ class Sandbox:
             bwrap = isolation.bwrap_binary()
             if bwrap is None:
                 raise isolation.IsolationUnavailable("bubblewrap (bwrap) is not installed")
+            uid = isolation.sandbox_uid(self.policy)
             if isolation.as_root():
-                os.chown(self._spill_dir, self.policy.uid, self.policy.gid)
+                os.chown(self._spill_dir, uid, uid)
             info_r, info_w = os.pipe()
             fds.append(info_w)
-            command = isolation.bwrap_argv(bwrap, self.policy, self._spill_dir, info_w, self.device, command)
+            command = isolation.bwrap_argv(bwrap, uid, self.policy, self._spill_dir, info_w, self.device, command)
             home = Path(isolation.WORK_DIR)
         else:
             home = host
@@ -196,6 +193,8 @@ class Sandbox:
         if info_r >= 0:
             try:
                 self._ns = isolation.read_info(info_r, self.start_timeout_s)
+                # bwrap (our child) has not reaped its init yet, so this pid is still that process
+                self._ns_pidfd = os.pidfd_open(self._ns.child_pid)
             except (isolation.IsolationUnavailable, ValueError) as err:
                 log = self.log_tail()
                 self.close()
@@ -223,19 +222,21 @@ class Sandbox:
 
     def _kill(self) -> None:
         assert self._proc is not None
-        if self._ns is not None:
-            # the namespace's init: when it dies the kernel kills every process in the namespace,
-            # whatever session or process group they moved to
+        if self._ns_pidfd >= 0:
+            # the namespace's init: when it dies the kernel kills every process in the namespace, whatever
+            # session or process group they moved to, and init's exit completes only once they are all gone
             try:
-                os.kill(self._ns.child_pid, signal.SIGKILL)
+                signal.pidfd_send_signal(self._ns_pidfd, signal.SIGKILL)
+                select.select([self._ns_pidfd], [], [], 10)
             except ProcessLookupError:
                 pass
+            os.close(self._ns_pidfd)
+            self._ns_pidfd = -1
         try:
             os.killpg(self._proc.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
         try:
-            # bwrap exits only once its init is reaped, and init's exit waits for the whole namespace
             self._proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
             pass
@@ -263,13 +264,6 @@ class Sandbox:
         if self._proc is None:
             raise SandboxCrash("sandbox is not running")
         timeout = timeout_s if timeout_s is not None else self.default_timeout_s
-        if self._budget_deadline is not None:
-            left = self._budget_deadline - time.monotonic()
-            if left <= 0:
-                log = self.log_tail()
-                self.close()
-                raise SandboxTimeout(f"the sandbox's total budget of {self.budget_s:.0f} s is spent; the process was killed", log)
-            timeout = min(timeout, left)
         # every reply must echo this request's nonce: a frame the submission forged
         # (or a stream shifted by one) is caught here or at the next request
         nonce = secrets.token_hex(8)

@@ -11,6 +11,8 @@ here; on the CPU the clock is wall-clock and labelled so.
 from __future__ import annotations
 
 import math
+import random
+import time
 from typing import Any
 
 import torch
@@ -23,7 +25,10 @@ from worker.inputs import Case, build_case
 from worker.numerics.dtypes import to_torch
 from worker.numerics.timing import (
     CLOCK_LABEL,
+    GPU_BANDWIDTH_BYTES_PER_S,
+    TimingConfig,
     TimingSample,
+    bandwidth_floor_ms,
     time_trusted,
     timing_config,
 )
@@ -75,7 +80,8 @@ class _Failure(Exception):
         self.evidence = evidence
 
 
-def _request(sb: Sandbox, ctx: AuditContext, op: str, payload: dict[str, Any], where: str) -> dict[str, Any]:
+def _request(sb: Sandbox, ctx: AuditContext, op: str, payload: dict[str, Any], where: str, *,
+             liveness: bool = True) -> dict[str, Any]:
     """One op in the sandbox, then proof the process is still the one that answered.
 
     A submission can write a forged reply frame to the child's pipe and exit; the
@@ -87,6 +93,8 @@ def _request(sb: Sandbox, ctx: AuditContext, op: str, payload: dict[str, Any], w
     except SandboxError as err:
         status = StageStatus.error if err.kind == "sandbox" else StageStatus.failed
         raise _Failure(f"{where}: the kernel failed ({err.kind}): {err}", status, log=err.log[-2000:]) from err
+    if not liveness:  # the caller checks later, outside the window it times
+        return reply
     try:
         sb.request("hello", {"device": ctx.device}, timeout_s=60)
     except SandboxError as err:
@@ -221,42 +229,52 @@ def _dump(metrics: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+TIMING_POOL_BYTES = 4 * 1024**3  # GPU: the timed calls' distinct input sets together stay under this
+TIMING_CHECKS = 5  # GPU: timed calls whose outputs the parent judges, drawn at random after the inputs
+
+
 def _time(ctx: AuditContext, sb: Sandbox, metrics: dict[str, Any], evidence: dict[str, Any]) -> str:
+    """Time the kernel so that the submission cannot forge it (see worker.numerics.timing for what stays trusted).
+
+    Every timed call has its own fresh inputs (none repeats, so nothing can be memoised) and fresh
+    NaN-poisoned outputs, and outputs of timed calls are judged like a benchmark round. CPU: the parent
+    times each call's round trip with its own clock and judges every output. GPU: the child times with
+    CUDA events; the parent judges a random sample, checks the claimed times against its own wall
+    clock and against the bandwidth floor."""
     problem, definition = ctx.problem, ctx.problem.definition
     w = timing_workload(problem, ctx.profile)
     cfg = timing_config(ctx.device)
     seed = ctx.derive_seed("benchmark", "timing", w.uuid)
     evidence["timing_seed"] = seed
-    case = build_case(definition, ctx.reference, w, seed, folder=problem.folder)
-    args = case.args(definition)
     where = f"timing on workload {w.uuid}"
     ctx.progress(f"benchmark: {where}")
-    reply = _request(
-        sb,
-        ctx,
-        "time",
-        {"args": args, "outputs": case.output_specs(definition), **cfg.model_dump()},
-        where,
-    )
-    expected_clock = "cuda_events" if ctx.device.startswith("cuda") else "wall_clock_cpu"
-    tampered = [str(t) for t in reply.get("tampered", [])]
-    times = reply.get("times_ms")
-    clock = reply.get("clock")
-    timing: dict[str, Any] = {"workload": w.uuid, "clock": clock, "reps": cfg.reps, "warmup": cfg.warmup, "tampered": tampered}
+    first = build_case(definition, ctx.reference, w, seed, folder=problem.folder)
+    first_args = first.args(definition)
+    case_bytes = sum(a.nbytes for a in first_args if isinstance(a, torch.Tensor))
+    out_bytes = sum(math.prod(o["shape"]) * to_torch(o["dtype"]).itemsize for o in first.output_specs(definition))
+    gpu = ctx.device.startswith("cuda")
+    calls = min(cfg.reps, max(1, TIMING_POOL_BYTES // max(1, case_bytes))) if gpu else cfg.warmup + cfg.reps
+    cases = [first] + [build_case(definition, ctx.reference, w, ctx.derive_seed("benchmark", "timing", w.uuid, i),
+                                  folder=problem.folder) for i in range(1, calls)]
+    tol = tolerance_for(problem, w)
+    timing: dict[str, Any] = {"workload": w.uuid, "warmup": cfg.warmup, "fresh_inputs": len(cases)}
     metrics["timing"] = timing
+    if gpu:
+        kernel, tampered = _time_in_child(ctx, sb, cases, cfg, tol, seed, where, timing)
+    else:
+        kernel, tampered = _time_by_parent(ctx, sb, cases, cfg, tol, where)
+    _request(sb, ctx, "hello", {"device": ctx.device}, where)  # the process that answered is still there
+    timing.update(clock=kernel.clock, reps=len(kernel.times_ms), tampered=tampered)
     if tampered:
         raise _Failure(f"{where}: the submission replaced timer/checker functions {tampered}; its timing is not trusted")
-    if (
-        clock != expected_clock
-        or not isinstance(times, list)
-        or len(times) != cfg.reps
-        or not all(isinstance(t, float) and math.isfinite(t) and t > 0 for t in times)
-    ):
-        raise _Failure(f"{where}: the timing reply is malformed (clock {clock!r}, {len(times) if isinstance(times, list) else 0} samples)")
-    host = reply.get("host_times_ms")
-    host_ok = isinstance(host, list) and len(host) == cfg.reps and all(isinstance(t, float) and math.isfinite(t) for t in host)
-    kernel = TimingSample(times_ms=times, clock=clock, host_times_ms=host if host_ok else None)
-    dev_args = to_device(args, ctx.device)
+    floor = bandwidth_floor_ms(case_bytes + out_bytes, ctx.device)
+    timing["bandwidth_floor_ms"] = floor
+    if floor is not None and kernel.median_ms < floor:
+        raise _Failure(
+            f"{where}: the kernel claims {kernel.median_ms:.4f} ms, below the {floor:.4f} ms that moving its "
+            f"{case_bytes + out_bytes} bytes takes at {GPU_BANDWIDTH_BYTES_PER_S / 1e12:.1f} TB/s; its timing is not trusted"
+        )
+    dev_args = to_device(first_args, ctx.device)
     fn = ctx.reference.run_fn
     with torch.no_grad():
         ref = time_trusted(lambda: fn(*dev_args), ctx.device, cfg)
@@ -265,10 +283,10 @@ def _time(ctx: AuditContext, sb: Sandbox, metrics: dict[str, Any], evidence: dic
         kernel_median_ms=kernel.median_ms,
         reference_median_ms=ref.median_ms,
         speedup=speedup,
-        kernel_times_ms=kernel.times_ms if cfg.reps <= 20 else None,
+        kernel_times_ms=kernel.times_ms if len(kernel.times_ms) <= 20 else None,
     )
     metrics.update(kernel_median_ms=kernel.median_ms, reference_median_ms=ref.median_ms, speedup=speedup)
-    phrase = f"{_speed_phrase(speedup)} ({CLOCK_LABEL[clock]}, median of {cfg.reps}, workload {w.uuid})"
+    phrase = f"{_speed_phrase(speedup)} ({CLOCK_LABEL[kernel.clock]}, median of {len(kernel.times_ms)}, workload {w.uuid})"
     if kernel.host_median_ms is not None:
         timing.update(kernel_host_median_ms=kernel.host_median_ms, launch_bound=kernel.launch_bound)
         if kernel.launch_bound:
@@ -278,3 +296,62 @@ def _time(ctx: AuditContext, sb: Sandbox, metrics: dict[str, Any], evidence: dic
                 "(launch overhead, or a host-device sync inside the call), so its time depends on the CPU, not only the GPU"
             )
     return phrase
+
+
+def _time_by_parent(ctx: AuditContext, sb: Sandbox, cases: list[Case], cfg: TimingConfig, tol: Tolerance,
+                    where: str) -> tuple[TimingSample, list[str]]:
+    """CPU: each call is one request; its round trip on this process's clock is the time (IPC included, so a
+    kernel can only look slower than it is); every output is judged."""
+    definition = ctx.problem.definition
+    times: list[float] = []
+    tampered: set[str] = set()
+    for i, case in enumerate(cases):
+        args = case.args(definition)
+        payload = {"args": args, "outputs": case.output_specs(definition), "poison": float("nan")}
+        t0 = time.perf_counter()
+        reply = _request(sb, ctx, "call", payload, f"{where}, call {i + 1}", liveness=False)
+        wall_ms = (time.perf_counter() - t0) * 1e3
+        tampered.update(str(t) for t in reply.get("tampered", []))
+        _check_round(definition, case, reply, reference_outputs(ctx, args), tol, f"{where}, timed call {i + 1}")
+        if i >= cfg.warmup:
+            times.append(wall_ms)
+    return TimingSample(times_ms=times, clock="wall_clock_cpu"), sorted(tampered)
+
+
+def _time_in_child(ctx: AuditContext, sb: Sandbox, cases: list[Case], cfg: TimingConfig, tol: Tolerance, seed: int,
+                   where: str, timing: dict[str, Any]) -> tuple[TimingSample, list[str]]:
+    """GPU: one request times every case once with CUDA events in the child; the parent checks what it can."""
+    definition = ctx.problem.definition
+    all_args = [c.args(definition) for c in cases]
+    check = sorted(random.Random(seed).sample(range(len(cases)), min(TIMING_CHECKS, len(cases))))
+    timing["checked_calls"] = check
+    payload = {
+        "args": [a for args in all_args for a in args], "n_args": len(all_args[0]),
+        "outputs": cases[0].output_specs(definition), "poison": float("nan"), "check": check,
+        "warmup": cfg.warmup, "reps": len(cases), "flush_l2": cfg.flush_l2,
+    }
+    t0 = time.perf_counter()
+    reply = _request(sb, ctx, "time", payload, where, liveness=False)
+    wall_ms = (time.perf_counter() - t0) * 1e3
+    times, clock, host = reply.get("times_ms"), reply.get("clock"), reply.get("host_times_ms")
+    if (
+        clock != "cuda_events"
+        or not isinstance(times, list)
+        or len(times) != len(cases)
+        or not all(isinstance(t, float) and math.isfinite(t) and t > 0 for t in times)
+    ):
+        raise _Failure(f"{where}: the timing reply is malformed (clock {clock!r}, {len(times) if isinstance(times, list) else 0} samples)")
+    timing["request_wall_ms"] = wall_ms
+    if sum(times) > wall_ms:
+        raise _Failure(f"{where}: the kernel claims {sum(times):.1f} ms of device time within {wall_ms:.1f} ms of wall "
+                       "time measured here; its timing is forged")
+    outs = reply.get("outputs")
+    n_out = len(definition.outputs)
+    if reply.get("checked") != check or not isinstance(outs, list) or len(outs) != n_out * len(check):
+        raise _Failure(f"{where}: the timed calls' outputs did not come back as asked (calls {check})")
+    for k, i in enumerate(check):
+        one = {"outputs": outs[k * n_out:(k + 1) * n_out]}
+        _check_round(definition, cases[i], one, reference_outputs(ctx, all_args[i]), tol, f"{where}, timed call {i + 1}")
+    host_ok = isinstance(host, list) and len(host) == len(times) and all(isinstance(t, float) and math.isfinite(t) for t in host)
+    sample = TimingSample(times_ms=times, clock=clock, host_times_ms=host if host_ok else None)
+    return sample, [str(t) for t in reply.get("tampered", [])]

@@ -7,6 +7,7 @@ the reference's own trajectory against fp64, and judges (rule: worker.canary.jud
 
 from __future__ import annotations
 
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -17,14 +18,14 @@ from worker.canary import judge
 from worker.canary.binding import CanaryUnsupported, Kernel, OpBinding, bind
 from worker.canary.data import draw_batches, heldout_set, split
 from worker.canary.model import init_state
-from worker.canary.profiles import CanaryProfile, profile_for
+from worker.canary.profiles import CanaryProfile, Optimizer, profile_for
+from worker.canary.stacked import parent_thread, train_stacked
 from worker.canary.train import (
     State,
     capture_op_args,
     heldout_loss,
     perturbed_kernel,
     reference_kernel,
-    train,
 )
 from worker.context import AuditContext
 from worker.stages.result import StageResult, StageStatus
@@ -89,15 +90,26 @@ def _run(ctx: AuditContext, p: CanaryProfile, binding: OpBinding) -> StageResult
     ref: Kernel = reference_kernel(ctx.reference.run_fn)
     steps = [s for s in p.checkpoints if s <= p.steps]
     timings: dict[str, float] = {}
-    ref_sgd_states: dict[int, State] = {}
 
     def evaluate(states: dict[int, State]) -> list[float]:
         return [heldout_loss(p, binding.site, states[s], held, device) for s in steps]
 
-    def parent_run(kernel: Kernel, opt: str) -> tuple[list[float], list[float], dict[int, State]]:
-        torch.manual_seed(seed)
-        out = train(p, binding, kernel, init, batches, opt, device, tuple(steps))  # type: ignore[arg-type]
-        return evaluate(out.checkpoints), out.losses, out.checkpoints
+    # the parent's runs of one optimiser train together, stacked: the reference, its reruns, its 1-ulp perturbations;
+    # each optimiser in its own thread, next to the submission's process
+    null_kinds = ["rerun"] * p.repeat_runs + ["perturbed_1ulp"] * p.perturbed_runs
+    stop = threading.Event()  # set when this stage unwinds early: the threads' training stops at its next step
+
+    def parent_runs(opt: Optimizer) -> dict[str, Any]:
+        kernels: list[Kernel] = [ref] * (1 + p.repeat_runs) + [
+            perturbed_kernel(ref, seed + 1000 + i, device) for i in range(p.perturbed_runs)
+        ]
+        with parent_thread(device, p.threads):
+            t = time.perf_counter()
+            outs = train_stacked(p, binding, kernels, init, batches, opt, device, tuple(steps), stop=stop)
+            trained = time.perf_counter() - t
+            evals = [evaluate(o.checkpoints) for o in outs]
+        return {"eval": evals[0], "train": outs[0].losses, "states": outs[0].checkpoints, "nulls": evals[1:],
+                "null_kinds": null_kinds, "train_s": round(trained, 2), "total_s": round(time.perf_counter() - t, 2)}
 
     # the submission trains in its own process while this one runs the reference and the nulls
     sandbox = ctx.sandbox()
@@ -115,33 +127,27 @@ def _run(ctx: AuditContext, p: CanaryProfile, binding: OpBinding) -> StageResult
             replies[opt] = (reply, time.perf_counter() - t)
         return replies
 
-    ctx.progress("canary: submission training in its process; reference and null runs here")
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="canary-child") as pool:
-        child = pool.submit(submission_runs)
-        parent: dict[str, dict[str, Any]] = {}
-        for opt in p.optimizers:
+    ctx.progress("canary: submission training in its process; reference and null runs here, one thread per optimiser")
+    torch.manual_seed(seed)
+    with ThreadPoolExecutor(max_workers=1 + len(p.optimizers), thread_name_prefix="canary") as pool:
+        try:
+            child = pool.submit(submission_runs)
+            running = {opt: pool.submit(parent_runs, opt) for opt in p.optimizers}
+            parent = {opt: fut.result() for opt, fut in running.items()}
             t = time.perf_counter()
-            ref_eval, ref_train, ref_states = parent_run(ref, opt)
-            timings[f"reference_{opt}_s"] = round(time.perf_counter() - t, 2)
-            if opt == "sgd":
-                ref_sgd_states = ref_states
-            nulls: list[list[float]] = []
-            null_kinds: list[str] = []
-            t = time.perf_counter()
-            for _ in range(p.repeat_runs):
-                nulls.append(parent_run(ref, opt)[0])
-                null_kinds.append("rerun")
-            for i in range(p.perturbed_runs):
-                nulls.append(parent_run(perturbed_kernel(ref, seed + 1000 + i, device), opt)[0])
-                null_kinds.append("perturbed_1ulp")
-            timings[f"nulls_{opt}_s"] = round(time.perf_counter() - t, 2)
-            parent[opt] = {"eval": ref_eval, "train": ref_train, "nulls": nulls, "null_kinds": null_kinds}
-        t = time.perf_counter()
-        replies = child.result()  # a SandboxError from the child propagates (the engine judges it)
-        timings["waited_for_submission_s"] = round(time.perf_counter() - t, 2)
+            replies = child.result()  # a SandboxError from the child propagates (the engine judges it)
+            timings["waited_for_submission_s"] = round(time.perf_counter() - t, 2)
+        except BaseException:
+            stop.set()
+            raise
+    for opt, pr in parent.items():
+        timings[f"parent_{opt}_train_s"] = pr["train_s"]
+        timings[f"parent_{opt}_s"] = pr["total_s"]
+    ref_sgd_states: dict[int, State] = parent["sgd"]["states"] if "sgd" in parent else {}
 
     losses: list[judge.LossJudgement] = []
     curves: dict[str, Any] = {}
+    t = time.perf_counter()
     for opt in p.optimizers:
         reply, secs = replies[opt]
         timings[f"submission_{opt}_s"] = round(secs, 2)
@@ -159,6 +165,7 @@ def _run(ctx: AuditContext, p: CanaryProfile, binding: OpBinding) -> StageResult
             "heldout": lj.model_dump(),
             "null_kinds": pr["null_kinds"],
         }
+    timings["submission_eval_s"] = round(time.perf_counter() - t, 2)
 
     # gradient fidelity along the reference's own SGD trajectory, on real batches, against fp64
     ctx.progress("canary: gradient fidelity")

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import ast
-
 from worker.context import AuditContext
+from worker.formats.entry_check import check_entry
 from worker.formats.solution import MAX_SOURCE_BYTES
 from worker.sandbox import SandboxError
 from worker.stages.result import StageResult, StageStatus
@@ -24,29 +23,7 @@ def run(ctx: AuditContext) -> StageResult:
             summary=f"language '{sol.spec.language}' is not supported yet: submit a python or triton solution",
         )
     size = sum(len(s.content.encode()) for s in sol.sources)
-    entry_src = sol.source(sol.spec.entry_file)
-    try:
-        tree = ast.parse(entry_src)
-    except SyntaxError as e:
-        problems.append(f"{sol.spec.entry_file} line {e.lineno}: syntax error: {e.msg}")
-        tree = None
-    if tree is not None:
-        funcs = {n.name: n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
-        assigned = {t.id for n in tree.body if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)}
-        fn = sol.spec.entry_function
-        if fn not in funcs and fn not in assigned:
-            problems.append(f"entry point '{fn}' is not defined at the top level of {sol.spec.entry_file}")
-        elif fn in funcs:
-            n_in, n_out = len(definition.inputs), len(definition.outputs)
-            expected = n_in + n_out if sol.spec.destination_passing_style else n_in
-            a = funcs[fn].args
-            positional = len(a.posonlyargs) + len(a.args)
-            if a.vararg is None and positional < expected:
-                style = "inputs then outputs (destination passing style)" if sol.spec.destination_passing_style else "inputs"
-                problems.append(
-                    f"entry point '{fn}' takes {positional} positional arguments; the definition needs {expected}: "
-                    f"{style} in order {list(definition.inputs) + (list(definition.outputs) if sol.spec.destination_passing_style else [])}"
-                )
+    problems += [p.reason for p in check_entry(sol, list(definition.inputs), list(definition.outputs))]
     metrics = {"source_bytes": size, "files": len(sol.sources), "limit_bytes": MAX_SOURCE_BYTES}
     if problems:
         return StageResult(name=NAME, status=StageStatus.failed, summary="; ".join(problems), metrics=metrics)

@@ -1,4 +1,4 @@
-"""Stage 2, static: scan the sources for known cheat patterns (DESIGN.md, "Known ways a submission cheats").
+"""Stage 2, static: scan the sources for known cheat patterns (docs/design.md, "Known ways a submission cheats a verifier").
 
 The scan walks each Python source's AST with import aliases resolved
 (`import time as t; t.perf_counter = f` is `time.perf_counter` patched), so it is
@@ -22,7 +22,10 @@ from collections.abc import Iterator
 
 from worker.context import AuditContext
 from worker.stages.result import StageResult, StageStatus
-from worker.static.kernelguard_rules import KERNELGUARD_VERSION, scan_solution_with_kernelguard
+from worker.static.kernelguard_rules import (
+    KERNELGUARD_VERSION,
+    scan_solution_with_kernelguard,
+)
 from worker.static.rules import ALL_RULES, Finding, Severity
 from worker.static.scanner import scan_solution
 

@@ -1,7 +1,8 @@
 """Cache detection for the static scan: which containers outlive a call, and what their keys are built from.
 
 A key built from object identity (`data_ptr()`, `id()`, storage) replays old outputs (rule output-cache,
-fail); a key built from shapes is how workspaces are reused as well as how outputs are replayed
+fail); a key built from input values (`x[0].item()`, `x[:8].tolist()`) replays them whenever those values
+repeat, which a timing loop over one input always does (rule value-keyed-cache, fail); a key built from shapes is how workspaces are reused as well as how outputs are replayed
 (rule shape-keyed-cache, warn). Keys are followed through local names (`key = x.data_ptr(); _C[key]`).
 """
 
@@ -16,6 +17,7 @@ from worker.static.patterns import (
     IDENTITY_KEY_CALLS,
     SHAPE_KEY_ATTRS,
     SHAPE_KEY_CALLS,
+    VALUE_KEY_CALLS,
 )
 
 KeyKind = tuple[str, str]  # (rule id, what the key is built from)
@@ -64,20 +66,25 @@ class KeyTracker:
             self._scopes[-1].pop(name, None)
 
     def kind(self, expr: ast.AST) -> KeyKind | None:
-        """(rule, what) when a cache key is built from object identity (fail) or shapes (warn)."""
+        """(rule, what) when a cache key is built from object identity (fail), input values (fail) or shapes (warn)."""
         local = self._scopes[-1] if self._scopes else {}
+        value: str | None = None
         shape: str | None = None
         for n in ast.walk(expr):
             if isinstance(n, ast.Name) and n.id in local:
                 rule, what = local[n.id]
                 if rule == "output-cache":
                     return rule, f"{what} (via {n.id})"
+                if rule == "value-keyed-cache":
+                    value = value or f"{what} (via {n.id})"
                 shape = shape or f"{what} (via {n.id})"
             if isinstance(n, ast.Call):
                 f = n.func
                 name = f.attr if isinstance(f, ast.Attribute) else (f.id if isinstance(f, ast.Name) else "")
                 if name in IDENTITY_KEY_CALLS:
                     return "output-cache", f"{name}()"
+                if name in VALUE_KEY_CALLS and isinstance(f, ast.Attribute):
+                    value = value or f".{name}()"
                 if name in SHAPE_KEY_CALLS:
                     shape = shape or f"{name}()"
             if isinstance(n, ast.Attribute):
@@ -85,4 +92,6 @@ class KeyTracker:
                     return "output-cache", f".{n.attr}"
                 if n.attr in SHAPE_KEY_ATTRS:
                     shape = shape or f".{n.attr}"
+        if value:
+            return "value-keyed-cache", value
         return ("shape-keyed-cache", shape) if shape else None

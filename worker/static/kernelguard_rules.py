@@ -71,22 +71,28 @@ def _to_finding(path: str, m: KernelguardMatch) -> Finding:
     return _finding(path, rule_id, f"kernelguard {m.pattern} ({m.severity}): {m.evidence[:200]}")
 
 
-def _run_child(items: list[dict[str, object]], time_limit_s: float) -> list[list[KernelguardMatch]] | str:
-    """The matches per source, or why there are none."""
+class _Incomplete(Exception):
+    def __init__(self, reason: str, *, timed_out: bool = False) -> None:
+        super().__init__(reason)
+        self.timed_out = timed_out
+
+
+def _run_child(items: list[dict[str, object]], time_limit_s: float) -> list[list[KernelguardMatch]]:
+    """The matches per source; _Incomplete when there are none to give."""
     try:
         proc = subprocess.run(
             [sys.executable, "-I", "-c", _CHILD],
             input=json.dumps(items), capture_output=True, text=True, timeout=time_limit_s, check=False,
         )
-    except subprocess.TimeoutExpired:
-        return "timeout"
+    except subprocess.TimeoutExpired as e:
+        raise _Incomplete(f"kernelguard took longer than {time_limit_s:g} s", timed_out=True) from e
     if proc.returncode != 0:
-        return f"kernelguard exited {proc.returncode}: {proc.stderr.strip().splitlines()[-1:] or ''}"
+        last = proc.stderr.strip().splitlines()[-1:] or [""]
+        raise _Incomplete(f"kernelguard exited {proc.returncode}: {last[0]}")
     try:
-        raw = json.loads(proc.stdout)
-        return [[KernelguardMatch.model_validate(m) for m in per_file] for per_file in raw]
+        return [[KernelguardMatch.model_validate(m) for m in per_file] for per_file in json.loads(proc.stdout)]
     except (json.JSONDecodeError, TypeError, ValidationError) as e:
-        return f"kernelguard's reply did not parse: {e}"
+        raise _Incomplete(f"kernelguard's reply did not parse: {e}") from e
 
 
 def scan_solution_with_kernelguard(solution: Solution, time_limit_s: float = TIME_LIMIT_S) -> list[Finding]:
@@ -96,11 +102,10 @@ def scan_solution_with_kernelguard(solution: Solution, time_limit_s: float = TIM
         return []
     entry = solution.spec.entry_function
     items: list[dict[str, object]] = [{"code": s.content, "entry": entry, "harness": list(HARNESS_ROOTS)} for s in files]
-    result = _run_child(items, time_limit_s)
-    if result == "timeout":
-        return [_finding(files[0].path, "kernelguard-timeout", f"kernelguard took longer than {time_limit_s:g} s")]
-    if isinstance(result, str):
-        return [_finding(files[0].path, "kernelguard-incomplete", result)]
+    try:
+        result = _run_child(items, time_limit_s)
+    except _Incomplete as e:
+        return [_finding(files[0].path, "kernelguard-timeout" if e.timed_out else "kernelguard-incomplete", str(e))]
     seen: set[tuple[str, str]] = set()
     out: list[Finding] = []
     for src, matches in zip(files, result):

@@ -135,6 +135,7 @@ DATA_SUFFIXES: Final = (*BINARY_SUFFIXES, ".txt", ".json", ".dat", ".yaml", ".ym
 IDENTITY_KEY_CALLS: Final = frozenset({"data_ptr", "id", "hash", "untyped_storage", "storage", "storage_offset"})
 IDENTITY_KEY_ATTRS: Final = frozenset({"_cdata"})
 SHAPE_KEY_CALLS: Final = frozenset({"size", "stride", "dim", "numel"})
+VALUE_KEY_CALLS: Final = frozenset({"item", "tolist", "tobytes", "numpy"})
 SHAPE_KEY_ATTRS: Final = frozenset({"shape", "ndim"})
 CONTAINER_CTORS: Final = frozenset({"dict", "list", "set", "collections.OrderedDict", "collections.defaultdict", "weakref.WeakKeyDictionary", "weakref.WeakValueDictionary", "OrderedDict", "defaultdict"})
 CONTAINER_METHODS: Final = frozenset({"get", "setdefault", "pop", "__getitem__", "__setitem__", "__contains__"})

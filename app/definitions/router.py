@@ -1,0 +1,35 @@
+from __future__ import annotations
+
+from fastapi import APIRouter, HTTPException, Response
+
+from app.api.deps import ServicesDep, UnitOfWorkDep
+from app.auth.dependencies import PrincipalDep
+from app.definitions import service
+from app.definitions.schemas import DefinitionStored
+from worker.formats.bundle import DefinitionBundle
+
+router = APIRouter(prefix="/v1/definitions", tags=["definitions"])
+
+
+@router.post("", status_code=201, response_model=DefinitionStored,
+             responses={200: {"description": "this exact definition was already stored"},
+                        403: {"description": "this deployment audits its curated catalogue only"},
+                        409: {"description": "another definition already has this name"},
+                        422: {"description": "the definition or its workloads are invalid"}})
+def upload_definition(bundle: DefinitionBundle, principal: PrincipalDep, services: ServicesDep, uow: UnitOfWorkDep,
+                      response: Response) -> DefinitionStored:
+    """Upload a SOL-ExecBench definition with its workloads (as `{definition, workloads, workloads_cpu?}`).
+
+    Solutions can then name it like any catalogue problem. Its reference is the uploader's code: it runs
+    isolated, like a kernel, and the audits of its solutions are judged against it."""
+    if not services.settings.accept_uploaded_definitions:
+        raise HTTPException(403, "this deployment audits its curated catalogue only (KAUDIT_ACCEPT_UPLOADED_DEFINITIONS=false)")
+    try:
+        row, created = service.store(uow.session, principal, bundle)
+    except service.NameTaken as err:
+        raise HTTPException(409, str(err)) from err
+    services.problems.invalidate()
+    if not created:
+        response.status_code = 200
+    return DefinitionStored(name=row.name, content_hash=row.content_hash, origin=row.origin, created=created,
+                            problem_url=f"/v1/problems/{row.name}")

@@ -1,0 +1,220 @@
+"""Time to verdict: audit every example with every stage, alone and then N at once, and record where the time goes.
+
+  python benchmarks/time_to_verdict.py --device cuda --n 1,4,8 --out benchmarks/results/time_to_verdict_h200.json
+  python benchmarks/time_to_verdict.py --device cpu --n 1 --only 'embedding_backward/*' --out /tmp/ttv_cpu.json
+
+For each N, the selected examples (kernels/*/solutions/*, those whose target_hardware runs on the device)
+are audited N at a time, each audit in its own spawned process (benchmarks/parallel.py). Recorded per audit:
+wall time, each stage's duration, the verdict and whether every stage did what benchmarks/expectations.py
+says, and on a GPU the audit process's peak torch allocation (the sandbox child's is separate and not in it).
+Per N: the batch's wall time, audits per GPU-hour (per machine-hour on the CPU) and, on a GPU, the lowest
+free device memory seen while the batch ran (torch.cuda.mem_get_info polled every 0.2 s: every process).
+Writes FILE.json and FILE.md (a summary table) and prints the summary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import fnmatch
+import json
+import os
+import statistics
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks.audit_examples import audit_row, device_name  # noqa: E402
+from benchmarks.expectations import runs_on  # noqa: E402
+from benchmarks.parallel import run_jobs  # noqa: E402
+from worker.catalogue import load_catalogue  # noqa: E402
+from worker.engine import parse_stages  # noqa: E402
+
+GIB = 2**30
+
+
+def timed_audit(problem: str, solution: str, device: str, stages: tuple[str, ...]) -> dict[str, Any]:
+    """One audit in this (spawned) process: audit_examples.audit_row plus stage times and memory."""
+    import torch
+
+    cuda = device.startswith("cuda")
+    if cuda:
+        torch.cuda.init()
+        torch.cuda.reset_peak_memory_stats()
+        free_before, total = torch.cuda.mem_get_info()
+    row = audit_row(problem, solution, device, stages)
+    out: dict[str, Any] = {k: row[k] for k in ("problem", "solution", "verdict", "wall_s", "statuses", "matches_expectation", "mismatches")}
+    out["summary"] = row["summary"][:300]
+    out["stage_s"] = {s["name"]: s.get("duration_s") for s in row["stages"]}
+    canary = next((s for s in row["stages"] if s["name"] == "canary"), None)
+    if canary is not None and canary.get("metrics", {}).get("timings"):
+        out["canary_timings"] = canary["metrics"]["timings"]
+    out["pid"] = os.getpid()
+    if cuda:
+        free_after, _ = torch.cuda.mem_get_info()
+        out["gpu"] = {
+            "peak_allocated_gib": round(torch.cuda.max_memory_allocated() / GIB, 3),
+            "free_before_gib": round(free_before / GIB, 2), "free_after_gib": round(free_after / GIB, 2),
+            "total_gib": round(total / GIB, 2),
+        }
+    return out
+
+
+class FreeMemoryWatch:
+    """Polls the device's free memory (all processes) in a thread; `lowest` is the minimum seen."""
+
+    def __init__(self, device: str, every_s: float = 0.2) -> None:
+        self.device, self.every_s = device, every_s
+        self.lowest: int | None = None
+        self.total: int | None = None
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+
+    def _poll(self) -> None:
+        import torch
+
+        while True:
+            free, self.total = torch.cuda.mem_get_info(torch.device(self.device))
+            self.lowest = free if self.lowest is None else min(self.lowest, free)
+            if self._done.wait(self.every_s):
+                return
+
+    def __enter__(self) -> FreeMemoryWatch:
+        if self.device.startswith("cuda"):
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._done.set()
+        if self._thread.is_alive():
+            self._thread.join()
+
+
+def select(only: str, device: str) -> list[tuple[str, str]]:
+    patterns = [s.strip() for s in only.split(",") if s.strip()]
+    todo = []
+    for problem in load_catalogue():
+        for sname, sol in problem.example_solutions().items():
+            key = f"{problem.name}/{sname}"
+            if runs_on(sol.spec, device) and (not patterns or any(fnmatch.fnmatch(key, pat) for pat in patterns)):
+                todo.append((problem.name, sname))
+    return todo
+
+
+def summarise(n: int, rows: list[dict[str, Any]], wall_s: float, planned: int, watch: FreeMemoryWatch | None) -> dict[str, Any]:
+    stages: dict[str, list[float]] = {}
+    for r in rows:
+        for name, secs in r["stage_s"].items():
+            if secs is not None:
+                stages.setdefault(name, []).append(secs)
+    walls = [r["wall_s"] for r in rows]
+    s: dict[str, Any] = {
+        "n": n, "planned": planned, "finished": len(rows), "batch_wall_s": round(wall_s, 1),
+        "audits_per_hour": round(len(rows) / wall_s * 3600, 1) if wall_s > 0 else None,
+        "audit_wall_s": {"mean": round(statistics.mean(walls), 2), "max": round(max(walls), 2)} if walls else None,
+        "stage_s": {k: {"mean": round(statistics.mean(v), 2), "max": round(max(v), 2)} for k, v in stages.items()},
+        "all_match": all(r["matches_expectation"] for r in rows),
+        "mismatches": [f"{r['problem']}/{r['solution']}: {'; '.join(r['mismatches'])}" for r in rows if r["mismatches"]],
+    }
+    peaks = [r["gpu"]["peak_allocated_gib"] for r in rows if "gpu" in r]
+    if peaks:
+        s["gpu_peak_allocated_gib_max"] = max(peaks)
+    if watch is not None and watch.lowest is not None and watch.total is not None:
+        s["gpu_lowest_free_gib"] = round(watch.lowest / GIB, 2)
+        s["gpu_most_used_gib"] = round((watch.total - watch.lowest) / GIB, 2)
+    return s
+
+
+def markdown(meta: dict[str, Any], batches: list[dict[str, Any]]) -> str:
+    unit = "GPU-hour" if meta["device_kind"] == "cuda" else "machine-hour"
+    lines = [
+        f"# Time to verdict, {meta['device']} ({meta['date']})", "",
+        f"torch {meta['torch']}; stages {', '.join(meta['stages'])}; load average before {meta['load_before']}, "
+        f"after {meta.get('load_after')}.", "",
+    ]
+    for b in batches:
+        s = b["summary"]
+        lines += [f"## N = {s['n']} at once: {s['finished']} of {s['planned']} audits in {s['batch_wall_s']} s, "
+                  f"{s['audits_per_hour']} audits per {unit}; every verdict as expected: {s['all_match']}", ""]
+        if "gpu_peak_allocated_gib_max" in s:
+            lines += [f"Peak torch allocation in one audit process: {s['gpu_peak_allocated_gib_max']} GiB; device memory "
+                      f"in use at most {s.get('gpu_most_used_gib')} GiB (all processes).", ""]
+        names = [n for n in meta["stages"] if any(n in r["stage_s"] for r in b["rows"])]
+        lines.append("| example | verdict | as expected | wall s | " + " | ".join(f"{n} s" for n in names) + " |")
+        lines.append("|---|---|---|---|" + "---|" * len(names))
+        for r in b["rows"]:
+            cells = [f"{r['stage_s'][n]:.1f}" if r["stage_s"].get(n) is not None else "" for n in names]
+            status = {n: r["statuses"].get(n, "") for n in names}
+            cells = [f"{c} ({status[n]})" if c else "" for c, n in zip(cells, names)]
+            lines.append(f"| {r['problem']}/{r['solution']} | {r['verdict']} | {r['matches_expectation']} | {r['wall_s']:.1f} | "
+                         + " | ".join(cells) + " |")
+        lines.append("")
+        for m in s["mismatches"]:
+            lines.append(f"- MISMATCH {m}")
+        means = ", ".join(f"{k} {v['mean']} s (max {v['max']})" for k, v in s["stage_s"].items())
+        lines += [f"Stage means: {means}.", ""]
+    return "\n".join(lines)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--n", default="1,4,8", help="comma-separated numbers of audits run at once")
+    ap.add_argument("--only", default="", help="comma-separated fnmatch patterns on problem/solution (default: every example)")
+    ap.add_argument("--stages", default="intake,static,benchmark,probes,canary")
+    ap.add_argument("--budget-s", type=float, default=float("inf"), help="time budget for each N's batch")
+    ap.add_argument("--out", required=True, help="FILE.json; FILE.md is written next to it")
+    args = ap.parse_args()
+    if args.device == "cpu":
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+    import torch
+
+    stages = parse_stages(args.stages)
+    todo = select(args.only, args.device)
+    if not todo:
+        print(f"no example matches {args.only!r} on {args.device}", file=sys.stderr)
+        return 2
+    ns = [int(x) for x in args.n.split(",") if x.strip()]
+    out = Path(args.out)
+    meta: dict[str, Any] = {
+        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "device": device_name(args.device),
+        "device_kind": "cuda" if args.device.startswith("cuda") else "cpu", "torch": torch.__version__,
+        "stages": list(stages), "examples": [f"{p}/{s}" for p, s in todo], "load_before": [round(x, 2) for x in os.getloadavg()],
+    }
+    batches: list[dict[str, Any]] = []
+
+    def write() -> None:
+        out.write_text(json.dumps({"meta": meta, "batches": batches}, indent=1))
+        out.with_suffix(".md").write_text(markdown(meta, batches))
+
+    for n in ns:
+        rows: list[dict[str, Any]] = []
+        order = {key: i for i, key in enumerate(todo)}
+        batch: dict[str, Any] = {"summary": {}, "rows": rows}
+        batches.append(batch)
+
+        def record(row: dict[str, Any]) -> None:
+            rows.append(row)
+            rows.sort(key=lambda r: order[(r["problem"], r["solution"])])
+            print(f"[N={n}] {row['problem']}/{row['solution']}: {row['verdict']} in {row['wall_s']:.1f} s "
+                  + " ".join(f"{k}={v}" for k, v in row["stage_s"].items())
+                  + ("" if row["matches_expectation"] else "  MISMATCH " + "; ".join(row["mismatches"])), flush=True)
+
+        t0 = time.perf_counter()
+        with FreeMemoryWatch(args.device) as watch:
+            run_jobs(timed_audit, [(p, s, args.device, stages) for p, s in todo], workers=n, budget_s=args.budget_s,
+                     on_result=record)
+        batch["summary"] = summarise(n, rows, time.perf_counter() - t0, len(todo), watch)
+        meta["load_after"] = [round(x, 2) for x in os.getloadavg()]
+        write()
+        print(json.dumps(batch["summary"]), flush=True)
+    print(markdown(meta, batches))
+    return 0 if all(b["summary"]["all_match"] and b["summary"]["finished"] == len(todo) for b in batches) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,81 @@
+"""The generic oracle: a definition's own reference promoted to fp64, with its fallbacks reported."""
+
+from __future__ import annotations
+
+import torch
+
+from worker.formats import Definition
+from worker.generic.promote import GenericOracle, run_promoted
+from worker.reference import Reference
+
+
+def _definition(reference: str) -> Definition:
+    return Definition.model_validate({
+        "name": "promote_fixture",
+        "axes": {"rows": {"type": "var"}, "cols": {"type": "var"}},
+        "inputs": {"x": {"shape": ["rows", "cols"], "dtype": "bfloat16"}, "w": {"shape": ["cols"], "dtype": "bfloat16"}},
+        "outputs": {"y": {"shape": ["rows"], "dtype": "bfloat16"}},
+        "reference": reference,
+    })
+
+
+CASTS_TO_BF16 = '''import torch
+
+
+def run(x, w):
+    # a reference that rounds to bf16 inside: the product, then a bf16 accumulator, then a float32 constant
+    p = (x.float() * w.float()).to(torch.bfloat16)
+    acc = torch.zeros(x.shape[0], dtype=torch.bfloat16)
+    for j in range(p.shape[1]):
+        acc = acc + p[:, j]
+    third = torch.tensor(1.0) / 3
+    return (acc.float() * third).half().bfloat16()
+'''
+
+
+def _inputs(seed: int = 0) -> list[torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(8, 300, generator=g).to(torch.bfloat16), torch.randn(300, generator=g).to(torch.bfloat16)]
+
+
+def test_reference_that_casts_to_bf16_inside_still_yields_fp64() -> None:
+    x, w = _inputs()
+    oracle = GenericOracle(Reference.of(_definition(CASTS_TO_BF16)))
+    (y,) = oracle(x, w)
+    exact = (x.double() * w.double()).sum(-1) / 3
+    assert y.dtype == torch.float64
+    torch.testing.assert_close(y, exact, rtol=1e-12, atol=1e-12)
+    # the reference at its own precision is far from that: the promotion did change the arithmetic
+    own = Reference.of(_definition(CASTS_TO_BF16)).run([x, w])[0].double()
+    assert float((own - exact).abs().max()) > 1e3 * float((y - exact).abs().max())
+    summary = oracle.summary()
+    assert summary["precision"] == "fp64" and summary["partial"] == {} and "fallback_reason" not in summary
+
+
+def test_inputs_are_not_modified_and_integer_outputs_stay_integer() -> None:
+    x, w = _inputs(1)
+    before = x.clone()
+    outs, lowered = run_promoted(lambda a, b: (a.float() @ b.float(), torch.argmax(a.float(), -1)), [x, w], torch.float64)
+    assert torch.equal(x, before) and x.dtype == torch.bfloat16
+    assert outs[0].dtype == torch.float64 and outs[1].dtype == torch.int64 and lowered == {}
+
+
+def test_reference_that_refuses_promotion_is_reported_and_run_at_its_own_precision() -> None:
+    insists = '''import torch
+
+
+def run(x, w):
+    if x.dtype != torch.bfloat16:
+        raise TypeError(f"this reference only takes bf16, got {x.dtype}")
+    return ((x.float() * w.float()).sum(-1)).to(torch.bfloat16)
+'''
+    x, w = _inputs(2)
+    oracle = GenericOracle(Reference.of(_definition(insists)))
+    (y,) = oracle(x, w)
+    assert y.dtype == torch.bfloat16  # the reference's own result, not fp64
+    assert torch.equal(y, ((x.float() * w.float()).sum(-1)).to(torch.bfloat16))
+    summary = oracle.summary()
+    assert summary["precision"] == "reference"
+    assert "fp64 promotion raised TypeError" in summary["fallback_reason"]
+    assert "fp32 promotion raised TypeError" in summary["fallback_reason"]
+    assert "budgets are relative to it" in summary["note"]

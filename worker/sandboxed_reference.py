@@ -1,0 +1,66 @@
+"""The reference of an uploaded definition, run in a sandbox of its own.
+
+A curated definition's reference is part of the catalogue, reviewed and trusted, and runs in the
+trusted parent. An uploaded one is the uploader's code: it runs isolated exactly like a kernel, in a
+second sandbox child, and hands back tensors only. The verdicts of such an audit are only as good as
+that reference (the uploader defines what "correct" means), and the report says so; what the isolation
+guarantees is that the reference cannot touch the service, the judge or another submission."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from worker.formats import Definition, Solution, SolutionSpec, SourceFile
+from worker.sandbox import Sandbox
+
+REFERENCE_FILE = "reference.py"
+
+
+def reference_as_solution(definition: Definition) -> Solution:
+    """The reference source as a value-returning solution, so the sandbox can load and call it."""
+    return Solution(
+        name=f"reference of {definition.name}",
+        definition=definition.name,
+        author="uploader",
+        spec=SolutionSpec(language="python", entry_point=f"{REFERENCE_FILE}::run", destination_passing_style=False),
+        sources=[SourceFile(path=REFERENCE_FILE, content=definition.reference)],
+    )
+
+
+class SandboxedReference:
+    """Presents the trusted Reference's interface (`run`, `run_fn`), each call a request to its own child."""
+
+    trusted = False
+
+    def __init__(self, definition: Definition, device: str = "cpu", *, timeout_s: float = 120.0,
+                 interrupts: tuple[type[BaseException], ...] = ()) -> None:
+        self.definition = definition
+        self._solution = reference_as_solution(definition)
+        self._sandbox = Sandbox(device, default_timeout_s=timeout_s, interrupts=interrupts)
+
+    def run(self, args: list[Any]) -> list[torch.Tensor]:
+        self._sandbox.ensure(self._solution)
+        reply = self._sandbox.request("call", {"args": [a.cpu() if isinstance(a, torch.Tensor) else a for a in args],
+                                               "outputs": [], "poison": None})
+        outs = reply.get("outputs")
+        if not isinstance(outs, list) or not all(isinstance(o, torch.Tensor) for o in outs):
+            raise RuntimeError("the uploaded reference returned something other than tensors")
+        device = next((a.device for a in args if isinstance(a, torch.Tensor)), torch.device("cpu"))
+        return [o.to(device) for o in outs]
+
+    @property
+    def run_fn(self) -> Callable[..., Any]:
+        def run(*args: Any) -> Any:
+            outs = self.run(list(args))
+            return outs[0] if len(outs) == 1 else tuple(outs)
+
+        return run
+
+    def custom_inputs(self, axes_and_scalars: dict[str, Any], device: torch.device) -> dict[str, torch.Tensor]:
+        raise ValueError(f"{self.definition.name}: an uploaded definition cannot use custom inputs")
+
+    def close(self) -> None:
+        self._sandbox.close()
