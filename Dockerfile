@@ -9,6 +9,11 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 
 WORKDIR /srv/kaudit
 
+# bubblewrap isolates each submission (worker.sandbox.isolation); setpriv (util-linux) is already in the base image
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends bubblewrap \
+    && rm -rf /var/lib/apt/lists/*
+
 # dependencies first, so code changes do not reinstall torch
 COPY pyproject.toml README.md* ./
 RUN mkdir -p app worker kernels \

@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
 from types import ModuleType
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from worker.formats import (
     Definition,
@@ -33,8 +33,10 @@ from worker.formats import (
 )
 from worker.formats.exceptions import FormatError
 from worker.formats.loaders import parse_model
-from worker.probes.token_stats import LoadedTokenStats
 from worker.problem_spec import AuditSpec
+
+if TYPE_CHECKING:  # the service imports the catalogue without torch
+    from worker.probes.token_stats import LoadedTokenStats
 
 Profile = Literal["cpu", "gpu"]
 

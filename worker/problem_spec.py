@@ -86,3 +86,7 @@ class AuditSpec(BaseModel):
     )
     canary: CanarySpec | None = None
     timing_workload: str | None = Field(None, description="uuid of the workload timed (default: the largest)")
+    jitter_axes: bool = Field(
+        True, description="draw each probe's var axes per audit within +-25% of the stated ones, keeping the power of "
+        "two that divides each (up to 16), so that no kernel can be exact only on known shapes",
+    )

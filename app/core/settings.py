@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import AliasChoices, Field, model_validator
+from pydantic import AliasChoices, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from worker.budget import AuditBudget
@@ -68,6 +68,14 @@ class Settings(BaseSettings):
     webhook_sweep_interval_s: float = Field(default=1.0, gt=0, description="how often each worker sends due deliveries")
     webhook_allowlist: str = Field(
         default="", description="comma-separated CIDRs or host names that webhooks may reach although private/loopback/reserved")
+
+    @field_validator("webhook_allowlist")
+    @classmethod
+    def _allowlist_parses(cls, v: str) -> str:
+        from app.webhooks.ssrf import AddressPolicy
+
+        AddressPolicy.parse(v)  # a typo fails at start, not at the first webhook
+        return v
 
     @model_validator(mode="after")
     def _soft_limit_below_hard(self) -> "Settings":

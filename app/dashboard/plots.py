@@ -42,7 +42,9 @@ def probe_errors(metrics: dict[str, Any]) -> list[dict[str, Any]]:
                     xs.append(x)
                     ys.append(y)
             if xs:
-                series.setdefault((output, kind), []).append((probe, xs, ys, _num(om.get("max_ratio")) or 0.0))
+                pts = sorted(zip(xs, ys))
+                series.setdefault((output, kind), []).append(
+                    (probe, [p[0] for p in pts], [p[1] for p in pts], _num(om.get("max_ratio")) or 0.0))
     figures = []
     for (output, kind), traces in series.items():
         by = "index multiplicity" if kind.startswith("index_count") else "reduction length"

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import BaseModel
-from sqlalchemy import func, select
+from sqlalchemy import Row, func, select
 from sqlalchemy.orm import Session
 
 from app.audits.status import FINISHED, AuditStatus
@@ -67,11 +67,14 @@ def _write_entry(session: Session, audit_id: str) -> str | None:
         .join(Submission, Submission.id == Audit.submission_id).where(Audit.id == audit_id)).one_or_none()
     if head is None or head.status not in FINISHED:
         return None
-    session.execute(select(Problem.name).where(Problem.name == head.problem_name).with_for_update())
+    # FOR NO KEY UPDATE: serialises the problem's re-ranking without blocking inserts that reference the problem
+    session.execute(select(Problem.name).where(Problem.name == head.problem_name).with_for_update(key_share=True))
     entry = session.get(LeaderboardEntry, head.id, populate_existing=True)
     if entry is not None and entry.attempt > head.attempt:
         return None  # an older attempt finishing late (the reaper) does not replace a newer result
-    stages = {r.name: r for r in session.scalars(select(StageResultRow).where(StageResultRow.audit_id == audit_id))}
+    stages = {r.name: r for r in session.execute(
+        select(StageResultRow.name, StageResultRow.status, StageResultRow.metrics, StageResultRow.position)
+        .where(StageResultRow.audit_id == audit_id))}
     values = dict(audit_id=audit_id, attempt=head.attempt, problem_name=head.problem_name, submitter=head.submitter,
                   solution_name=head.solution_name, status=head.status, verdict=head.verdict, finished_at=head.finished_at,
                   **_from_stages(stages))
@@ -88,7 +91,7 @@ def _finite(x: Any) -> float | None:
     return float(x) if isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x) else None
 
 
-def _from_stages(stages: dict[str, StageResultRow]) -> dict[str, Any]:
+def _from_stages(stages: dict[str, Row[Any]]) -> dict[str, Any]:
     """The few numbers and statuses the boards show, from the audit's stage rows."""
     bench, probes, verdict = stages.get("benchmark"), stages.get("probes"), stages.get("verdict")
     vm = verdict.metrics if verdict is not None else {}

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from typing import Annotated, Any
@@ -12,7 +11,7 @@ from starlette.datastructures import UploadFile
 
 from app.core.errors import ApiError, FieldError
 from worker.formats import FormatError, Solution, SolutionSpec, SourceFile
-from worker.formats.json_bounds import JsonTooDeep, loads_bounded, walk_strings
+from worker.formats.json_bounds import loads_bounded, walk_strings
 from worker.formats.loaders import parse_model
 
 _FIELD = re.compile(r"[A-Za-z_][\w.]*")
@@ -41,13 +40,25 @@ def _errors(err: FormatError) -> list[FieldError]:
     return out
 
 
+def _unstorable(text: str) -> bool:
+    """NUL, or a lone surrogate (JSON's "\\ud800" decodes to one): neither can be stored as UTF-8 text in Postgres."""
+    if "\x00" in text:
+        return True
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
 def solution_from_json(body: bytes) -> tuple[Solution, dict[str, Any]]:
     try:
         data = loads_bounded(body)
-    except (UnicodeDecodeError, json.JSONDecodeError, JsonTooDeep) as err:
+    except ValueError as err:  # bad UTF-8, bad JSON, too deep, or an integer of more than 4300 digits
         raise InvalidSubmission([FieldError(field="(body)", reason=f"not valid JSON: {err}")]) from err
-    if any("\x00" in s for s in walk_strings(data)):
-        raise InvalidSubmission([FieldError(field="(body)", reason="NUL characters are not allowed in a solution")])
+    if any(_unstorable(s) for s in walk_strings(data)):
+        raise InvalidSubmission([FieldError(field="(body)", reason="NUL characters and lone surrogates (\\ud800-\\udfff) are "
+                                                                    "not allowed in a solution")])
     try:
         return parse_model(Solution, data, "solution.json"), data
     except FormatError as err:

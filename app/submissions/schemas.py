@@ -42,13 +42,13 @@ class Progress(BaseModel):
     stages_total: int
 
 
-class Attempt(BaseModel):
+class AuditView(BaseModel):
+    """One audit of a submission: its status, result, seed (once finished), stages and, while running, progress."""
+
     audit_id: str
     attempt: int
     status: AuditStatus
     reason: str
-    device: str
-    enqueued_at: datetime | None
     started_at: datetime | None
     finished_at: datetime | None
     verdict: str | None
@@ -58,8 +58,13 @@ class Attempt(BaseModel):
     stages: list[StageOut]
 
 
-class SubmissionStatus(BaseModel):
-    """The latest attempt at top level (as before), and every attempt, oldest first, in `attempts`."""
+class Attempt(AuditView):
+    device: str
+    enqueued_at: datetime | None
+
+
+class SubmissionStatus(AuditView):
+    """The latest attempt's fields at top level (as before), and every attempt, oldest first, in `attempts`."""
 
     id: str
     problem: str
@@ -67,17 +72,6 @@ class SubmissionStatus(BaseModel):
     submitter: str
     source_hash: str
     created_at: datetime
-    audit_id: str
-    attempt: int
-    status: AuditStatus
-    reason: str
-    started_at: datetime | None
-    finished_at: datetime | None
-    verdict: str | None
-    summary: str | None
-    seed: str | None = Field(description=SEED_DOC)
-    progress: Progress | None = Field(description="while running: the current stage and elapsed times")
-    stages: list[StageOut]
     attempts: list[Attempt] = Field(description="every audit of this submission, oldest first: a re-audit keeps the earlier results")
 
 
@@ -100,5 +94,5 @@ class SubmissionPage(BaseModel):
     next_cursor: str | None = Field(description="pass as ?cursor= for the next page; null on the last page")
 
 
-__all__ = ["Attempt", "FieldError", "InvalidSolution", "Progress", "StageOut", "SubmissionAccepted", "SubmissionPage",
+__all__ = ["Attempt", "AuditView", "FieldError", "InvalidSolution", "Progress", "StageOut", "SubmissionAccepted", "SubmissionPage",
            "SubmissionStatus", "SubmissionSummary"]

@@ -22,7 +22,7 @@ from app.problems.service import reaudit as new_reaudit
 from app.submissions import repository
 from app.submissions.cursor import decode as decode_cursor
 from app.submissions.cursor import encode as encode_cursor
-from app.submissions.schemas import SubmissionPage, SubmissionStatus, SubmissionSummary
+from app.submissions.schemas import AuditView, SubmissionPage, SubmissionStatus, SubmissionSummary
 from app.submissions.views import attempt_out
 
 
@@ -94,9 +94,7 @@ def status(session: Session, sub: Submission) -> SubmissionStatus:
     latest = attempts[-1]
     return SubmissionStatus(
         id=sub.id, problem=sub.problem_name, solution_name=sub.solution_name, submitter=sub.submitter, source_hash=sub.source_hash,
-        created_at=sub.created_at, audit_id=latest.audit_id, attempt=latest.attempt, status=latest.status, reason=latest.reason,
-        started_at=latest.started_at, finished_at=latest.finished_at, verdict=latest.verdict, summary=latest.summary,
-        seed=latest.seed, progress=latest.progress, stages=latest.stages, attempts=attempts,
+        created_at=sub.created_at, attempts=attempts, **latest.model_dump(include=set(AuditView.model_fields)),
     )
 
 

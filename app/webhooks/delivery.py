@@ -56,6 +56,8 @@ def _claim(session: Session, delivery_id: str, token: str, settings: Settings) -
 def _record(session: Session, delivery_id: str, c: _Claimed, result: sender.AttemptResult, settings: Settings,
             started: datetime) -> str:
     now = utcnow()
+    if session.get(WebhookDelivery, delivery_id, with_for_update=True) is None:
+        return "deleted"  # its endpoint was deleted while the request was in flight
     session.add(WebhookAttempt(delivery_id=delivery_id, endpoint_id=c.endpoint_id, attempt=c.attempt, started_at=started,
                                status_code=result.status_code, latency_ms=result.latency_ms,
                                error=None if result.error is None else result.error[:2000]))
@@ -86,7 +88,7 @@ def _record(session: Session, delivery_id: str, c: _Claimed, result: sender.Atte
 def attempt(sessions: sessionmaker[Session], settings: Settings, delivery_id: str, token: str, *,
             policy: AddressPolicy, resolver: Resolver = system_resolver) -> str:
     """Returns 'noop' (not ours: already attempted, delivered, or the endpoint is disabled), 'delivered', 'retry',
-    'failed' (out of attempts), with '+disabled' when this failure disabled the endpoint."""
+    'failed' (out of attempts), with '+disabled' when this failure disabled the endpoint, or 'deleted'."""
     with sessions.begin() as s:
         claimed = _claim(s, delivery_id, token, settings)
     if claimed is None:

@@ -173,15 +173,26 @@ def example(name: str) -> dict[str, Any]:
     return json.loads((EXAMPLES / name / "solution.json").read_text())
 
 
-def slow_import_solution(marker: Path, sleep_s: float) -> dict[str, Any]:
-    """A correct kernel whose import sleeps the first time (while `marker` does not exist): a long-running audit."""
+def slow_import_solution(sleep_s: float) -> dict[str, Any]:
+    """A correct kernel whose import sleeps until `sleep_s` from now (a re-import after a crash sleeps only what is
+    left): a long-running audit. It keeps no state of its own outside its sandbox (an isolated one cannot)."""
     sol = example("pytorch_fp32")
     src = sol["sources"][0]["content"]
-    prelude = (f"import os as _os, time as _time\n_m = {str(marker)!r}\n"
-               f"if not _os.path.exists(_m):\n    open(_m, 'w').close()\n    _time.sleep({sleep_s})\n")
+    prelude = f"import time as _time\n_time.sleep(max(0.0, {time.time() + sleep_s!r} - _time.time()))\n"
     sol["sources"][0]["content"] = prelude + src
     sol["name"] = "slow_import_" + uuid.uuid4().hex[:6]
     return sol
+
+
+def sandbox_started(worker_pid: int) -> bool:
+    """A sandbox child (isolated or not) runs below this worker: its audit has reached the submission."""
+    for pid in descendants(worker_pid):
+        try:
+            if b"worker.sandbox.child" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                return True
+        except OSError:
+            continue
+    return False
 
 
 def descendants(pid: int) -> list[int]:

@@ -62,6 +62,22 @@ def test_deeply_nested_json_is_422_not_500(sqlite_api, depth: int) -> None:  # t
     assert _stored(client) == 0
 
 
+@pytest.mark.parametrize(("extra", "needle"), [
+    (b'"x": 1' + b"0" * 5000, "not valid JSON"),  # json.loads raises a plain ValueError (over 4300 digits)
+    (b'"x": "\\ud800"', "lone surrogates"),  # decodes to a str Postgres cannot store as UTF-8
+    (b'"x": "\xff\xfe"', "not valid JSON"),  # not UTF-8
+    (b'"x": "a\\u0000b"', "NUL"),
+])
+def test_unstorable_json_is_422_not_500(api, extra: bytes, needle: str) -> None:  # type: ignore[no-untyped-def]
+    client, keys, _ = api
+    body = json.dumps(example("pytorch_fp32")).encode()[:-1] + b", " + extra + b"}"
+    r = client.post("/v1/submissions", content=body, headers={**auth(keys["alice"]), "content-type": "application/json"})
+    assert r.status_code == 422, r.text[:300]
+    errs = _shape(r)
+    assert errs[0]["field"] == "(body)" and needle in errs[0]["reason"], errs
+    assert _stored(client) == 0
+
+
 def test_bad_headers_and_bodies_use_the_documented_shape(sqlite_api) -> None:  # type: ignore[no-untyped-def]
     client, keys, _ = sqlite_api
     r = client.post("/v1/submissions", json=example("pytorch_fp32"), headers={**auth(keys["alice"]), "Idempotency-Key": "x" * 300})
@@ -96,6 +112,9 @@ def test_bad_headers_and_bodies_use_the_documented_shape(sqlite_api) -> None:  #
     sol["definition"] = "no_such_op"
     r = client.post("/v1/submissions", json=sol, headers=auth(keys["alice"]))
     assert r.status_code == 404 and _shape(r)[0]["field"] == "definition"
+    # and the OpenAPI document says so: every 422 refers to this shape
+    schemas = client.get("/openapi.json").json()["components"]["schemas"]
+    assert set(schemas["HTTPValidationError"]["properties"]) == {"detail", "errors"} and "FieldError" in schemas
 
 
 def test_wrong_entry_point_answer_is_brief(sqlite_api) -> None:  # type: ignore[no-untyped-def]
@@ -123,9 +142,9 @@ def test_wrong_entry_point_answer_is_brief(sqlite_api) -> None:  # type: ignore[
     ("def run(indices):\n    pass\n", "spec.entry_point", "takes 1 positional arguments"),
     ("x = (" * 300 + ")" * 300 + "\ndef run(*a):\n    pass\n", "sources.0.content", "kernel.py"),
 ])
-def test_cheap_checks_are_answered_at_post(api, source: str, field: str, needle: str) -> None:  # type: ignore[no-untyped-def]
+def test_cheap_checks_are_answered_at_post(sqlite_api, source: str, field: str, needle: str) -> None:  # type: ignore[no-untyped-def]
     """Syntax, entry point and arity come back at once as 422 (they came back after the queue), and nothing is stored."""
-    client, keys, _ = api
+    client, keys, _ = sqlite_api
     sol = example("pytorch_fp32")
     sol["sources"][0]["content"] = source
     sol["spec"]["entry_point"] = f"{sol['sources'][0]['path']}::run"

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import uuid
 from pathlib import Path
 
 import httpx
@@ -15,6 +14,7 @@ from svc_support import (
     example,
     kill_tree,
     restart_redis,
+    sandbox_started,
     slow_import_solution,
     start_api,
     start_worker,
@@ -60,9 +60,8 @@ def test_sigkill_mid_audit_is_completed_once_by_another_worker(service_settings:
     w1 = start_worker(service_settings, tmp_path / "w1.log", "w1")
     w2 = None
     try:
-        marker = tmp_path / f"imported-{uuid.uuid4().hex}"
-        slow = httpx.post(f"{url}/v1/submissions", json=slow_import_solution(marker, 40), headers=h, timeout=10).json()["id"]
-        wait_for(lambda: _status(url, keys["alice"], slow)["status"] == "running" and marker.exists(), 90,
+        slow = httpx.post(f"{url}/v1/submissions", json=slow_import_solution(40), headers=h, timeout=10).json()["id"]
+        wait_for(lambda: _status(url, keys["alice"], slow)["status"] == "running" and sandbox_started(w1.p.pid), 90,
                  "the audit never started", w1)
         sessions = _db(service_settings)
         with sessions() as s:
@@ -177,9 +176,8 @@ def test_celery_soft_time_limit_ends_the_audit_timed_out_and_kills_the_sandbox(s
     sandboxes.mkdir()
     worker = start_worker(settings, tmp_path / "w.log", "soft", TMPDIR=str(sandboxes))
     try:
-        marker = tmp_path / f"imported-{uuid.uuid4().hex}"
-        sid = httpx.post(f"{url}/v1/submissions", json=slow_import_solution(marker, 60), headers=h, timeout=10).json()["id"]
-        wait_for(marker.exists, 90, "the audit never started", worker)
+        sid = httpx.post(f"{url}/v1/submissions", json=slow_import_solution(60), headers=h, timeout=10).json()["id"]
+        wait_for(lambda: sandbox_started(worker.p.pid), 90, "the audit never started", worker)
         assert sandbox_children_under(sandboxes), "the submission should be sleeping in its sandbox"
         final = wait_for(lambda: (s := _status(url, keys["alice"], sid))["status"] not in ("queued", "running") and s, 60,
                          "the audit never ended", worker)

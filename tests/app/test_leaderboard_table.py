@@ -11,7 +11,7 @@ import plotly
 import pytest
 from fastapi.testclient import TestClient
 from markupsafe import escape
-from sqlalchemy import select
+from sqlalchemy import func, select, text
 from sqlalchemy.orm import Session, sessionmaker
 from svc_support import bootstrap, example
 
@@ -209,3 +209,91 @@ def test_a_private_dashboard_needs_a_key_and_never_shows_it(world) -> None:  # t
         page = client.get(r.headers["location"])  # the cookie carries the key from now on
         assert page.status_code == 200 and "alice" in page.text and key not in page.text
         assert key not in client.get("/").text
+
+
+def test_a_pooled_connection_killed_while_idle_is_replaced_at_checkout(pg_url: str) -> None:
+    """The pool pings only connections idle past a threshold (the leaderboard's GET skips the ping); one that died
+    while idle must still be replaced before a request uses it."""
+    import psycopg
+    from sqlalchemy import create_engine
+    from svc_support import PG_ADMIN_URL
+
+    from app.core.db import ping_when_idle
+
+    engine = create_engine(Settings(database_url=pg_url).sqlalchemy_url, pool_size=1, max_overflow=0)
+    ping_when_idle(engine, after_s=0.0)
+    try:
+        with engine.connect() as conn:
+            pid = conn.execute(text("select pg_backend_pid()")).scalar_one()
+        with psycopg.connect(PG_ADMIN_URL, autocommit=True) as admin:
+            assert admin.execute("select pg_terminate_backend(%s)", (pid,)).fetchone() == (True,)
+        with engine.connect() as conn:  # the dead one is pinged, dropped and replaced: no error reaches the caller
+            assert conn.execute(text("select pg_backend_pid()")).scalar_one() != pid
+    finally:
+        engine.dispose()
+
+
+def test_a_running_audit_shows_its_stages_but_not_their_evidence_until_it_ends(world) -> None:  # type: ignore[no-untyped-def]
+    """Evidence names the seeds the probes drew from the audit's secret seed: a public page must not show it while
+    the submitter could still use it."""
+    settings, sessions = world
+    sid, audit = _submit(sessions, settings, "alice", "k")
+    with sessions.begin() as s:
+        assert repository.claim(s, audit, "w", 60)
+        repository.store_stage(s, audit, "w", name="probes", position=3, status="failed", summary="over budget",
+                               metrics={"diagnosis": ["error grows with index multiplicity"]},
+                               evidence={"seeds": {"real_text": 987654321}}, duration_s=1, lease_s=60)
+    with _dashboard(settings) as client:
+        live = client.get(f"/submissions/{sid}/live")
+        assert live.headers["x-audit-status"] == "running" and 'data-finished="false"' in live.text
+        assert 'data-stage="probes" data-status="failed"' in live.text and "error grows with index multiplicity" in live.text
+        assert "987654321" not in live.text and "987654321" not in client.get(f"/submissions/{sid}").text
+        with sessions.begin() as s:
+            assert repository.finish(s, audit, "w", "failed", "fail", "caught by probes")
+            events.audit_completed(s, audit)
+        done = client.get(f"/submissions/{sid}").text
+        assert 'data-finished="true"' in done and "987654321" in done
+
+
+def test_audits_finishing_at_once_rank_from_each_others_rows(service_settings: Settings) -> None:
+    """Two audits of one problem finish in overlapping transactions: the second waits for the first's lock on the
+    problem and ranks with its row (without the lock, each would rank alone and both would be first)."""
+    import threading
+
+    from svc_support import wait_for
+
+    bootstrap(service_settings)
+    engine = make_engine(service_settings)
+    sessions = make_sessionmaker(engine)
+    try:
+        (a_sid, a), (b_sid, b) = _submit(sessions, service_settings, "alice", "a"), _submit(sessions, service_settings, "bob", "b")
+        for audit, ms in ((a, 0.1), (b, 0.2)):
+            _run(sessions, audit, ms, PASSED, commit=False)  # stages stored and committed; the finish rolled back
+        first = sessions()
+        first.begin()
+        assert repository.finish(first, a, "w", "passed", "pass", "")
+        refresh_entry(first, a)  # holds the problem's lock until it commits
+        done = threading.Event()
+
+        def second() -> None:
+            with sessions.begin() as s:
+                assert repository.finish(s, b, "w", "passed", "pass", "")
+                refresh_entry(s, b)
+            done.set()
+
+        t = threading.Thread(target=second)
+        t.start()
+        with engine.connect() as probe:
+            wait_for(lambda: probe.execute(select(func.count()).select_from(text("pg_stat_activity")).where(
+                text("wait_event_type = 'Lock' and datname = current_database()"))).scalar_one() == 1, 30,
+                "the second finish did not wait for the problem's lock")
+        assert not done.is_set()
+        first.commit()
+        first.close()
+        t.join(30)
+        assert done.is_set()
+        with sessions() as s:
+            ranks = {e.submission_id: (e.rank, e.audited_rank) for e in s.scalars(select(LeaderboardEntry))}
+        assert ranks == {a_sid: (1, 1), b_sid: (2, 2)}
+    finally:
+        engine.dispose()

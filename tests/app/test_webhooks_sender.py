@@ -5,6 +5,8 @@ from __future__ import annotations
 import ipaddress
 import json
 import random
+import ssl
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -12,6 +14,7 @@ from standardwebhooks import Webhook
 from standardwebhooks.webhooks import WebhookVerificationError
 from webhook_receiver import Receiver
 
+from app.core.settings import Settings
 from app.webhooks import sender
 from app.webhooks.backoff import retry_delay_s
 from app.webhooks.endpoints import new_secret
@@ -60,6 +63,8 @@ def test_policy_allows_public_addresses_and_what_the_operator_names() -> None:
     assert policy.check("x", ipaddress.ip_address("169.254.169.254")) == "cloud metadata"
     with pytest.raises(ValueError, match="neither a CIDR nor a host name"):
         AddressPolicy.parse("10.0.0.0/8, bad/entry")
+    with pytest.raises(ValueError, match="KAUDIT_WEBHOOK_ALLOWLIST"):
+        Settings(webhook_allowlist="10.0.0.0/8, bad/entry")  # refused when the service starts
 
 
 def test_backoff_grows_with_jitter_and_stays_under_the_cap() -> None:
@@ -131,3 +136,25 @@ def test_the_documented_receiver_verifies_our_deliveries(capsys: pytest.CaptureF
     assert handle(body.encode(), headers) == 204  # type: ignore[operator]
     assert "s1: caught by probes" in capsys.readouterr().out
     assert handle(body.replace("fail", "pass").encode(), headers) == 400  # type: ignore[operator]
+
+
+def test_https_connects_to_the_checked_address_and_checks_the_certificate_against_the_host_name(tmp_path: Path) -> None:
+    """TLS to the pinned IP: SNI and the certificate check use the URL's host name, so pinning weakens nothing."""
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=hooks.example",
+                    "-addext", "subjectAltName=DNS:hooks.example", "-keyout", str(key), "-out", str(cert)],
+                   check=True, capture_output=True)
+    server = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server.load_cert_chain(cert, key)
+    trust = ssl.create_default_context(cafile=str(cert))
+    names: list[str] = []
+    server.sni_callback = lambda _sock, name, _ctx: names.append(name)  # type: ignore[assignment, func-returns-value]
+    body = '{"type":"audit.completed"}'
+    to_loopback = {"resolver": lambda _h, _p: ["127.0.0.1"], "policy": LOOPBACK_ONLY, "timeout_s": 5.0, "tls": trust}
+    with Receiver(tls=server) as rx:
+        ok = sender.post(f"https://hooks.example:{rx.port}/hook", body, {}, **to_loopback)  # type: ignore[arg-type]
+        assert ok.ok, ok
+        assert names == ["hooks.example"] and rx.received(1)[0].headers["host"] == f"hooks.example:{rx.port}"
+        wrong = sender.post(f"https://other.example:{rx.port}/hook", body, {}, **to_loopback)  # type: ignore[arg-type]
+        assert not wrong.ok and "certificate" in str(wrong.error).lower()
+        assert len(rx.requests) == 1

@@ -33,9 +33,13 @@ def test_submit_over_http_worker_audits_get_shows_verdict(service_settings: Sett
         h = {"Authorization": f"Bearer {keys['alice']}"}
         good = httpx.post(f"{url}/v1/submissions", json=example("pytorch_fp32"), headers=h, timeout=10)
         assert good.status_code == 202, good.text
+        no_run = example("pytorch_fp32")
+        no_run["sources"][0]["content"] = no_run["sources"][0]["content"].replace("def run(", "def not_run(")
+        r = httpx.post(f"{url}/v1/submissions", json=no_run, headers=h, timeout=10)  # answered at POST, not after the queue
+        assert r.status_code == 422 and r.json()["errors"][0]["field"] == "spec.entry_point", r.text
         broken = example("pytorch_fp32")
-        broken["name"] = "no_run"
-        broken["sources"][0]["content"] = broken["sources"][0]["content"].replace("def run(", "def not_run(")
+        broken["name"] = "no_import"
+        broken["sources"][0]["content"] = "import no_such_module_kaudit\n" + broken["sources"][0]["content"]
         bad = httpx.post(f"{url}/v1/submissions", json=broken, headers=h, timeout=10)
         assert bad.status_code == 202
 
@@ -50,7 +54,7 @@ def test_submit_over_http_worker_audits_get_shows_verdict(service_settings: Sett
 
         b = wait_for(_finished(url, keys["alice"], bad.json()["id"]), 120, "bad audit did not finish", worker)
         assert b["status"] == "failed" and b["verdict"] == "fail"
-        assert b["stages"][0]["status"] == "failed" and "entry point 'run'" in b["stages"][0]["summary"]
+        assert b["stages"][0]["status"] == "failed" and "does not import" in b["stages"][0]["summary"]
         assert "caught by intake" in b["summary"]
 
         # no CUDA (not even torch) in the Celery parent; the pool process that ran the audits has torch loaded

@@ -6,6 +6,7 @@ receiver is closed, so the sender's timeout is what ends it."""
 from __future__ import annotations
 
 import json
+import ssl
 import threading
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -26,7 +27,7 @@ class Received:
 class Receiver:
     """`script` answers requests in order (an int status, 'hang', or ('redirect', location)); then `default`."""
 
-    def __init__(self, script: list[object] | None = None, default: object = 200) -> None:
+    def __init__(self, script: list[object] | None = None, default: object = 200, tls: ssl.SSLContext | None = None) -> None:
         self.requests: list[Received] = []
         self._script, self._default = list(script or []), default
         self._cond = threading.Condition()
@@ -56,8 +57,10 @@ class Receiver:
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
+        if tls is not None:
+            self._server.socket = tls.wrap_socket(self._server.socket, server_side=True)
         self.port = int(self._server.server_address[1])
-        self.url = f"http://127.0.0.1:{self.port}/hook"
+        self.url = f"{'https' if tls else 'http'}://127.0.0.1:{self.port}/hook"
         self._thread = threading.Thread(target=self._server.serve_forever, name="webhook-receiver", daemon=True)
 
     def __enter__(self) -> Receiver:

@@ -42,7 +42,7 @@ def test_plan_reads_the_reduction_axis_and_draws_axes_per_seed() -> None:
     # the axes come from the seed: the same seed draws the same, other seeds draw others
     again = derive_plan(TINY.definition, TINY.workloads("cpu"), "cpu", seed=1)
     assert [p.axes for p in again.spec.probes] == [p.axes for p in a.spec.probes]
-    others = {tuple(sorted(p.axes.items())) for s in range(2, 5) for p in derive_plan(TINY.definition, TINY.workloads("cpu"), "cpu", s).spec.probes if p.name == "workload_like"}
+    others = {tuple(sorted(p.axes.items())) for s in range(2, 9) for p in derive_plan(TINY.definition, TINY.workloads("cpu"), "cpu", s).spec.probes if p.name == "workload_like"}
     assert len(others) > 1
 
 
@@ -89,3 +89,20 @@ def test_curated_spec_still_wins() -> None:
     spec2, plan2 = probes_stage._spec(AuditContext(problem=bare, solution=problem.example_solution("pytorch"), seed=1))
     assert plan2 is not None and [p.name for p in spec2.probes] != [p.name for p in problem.spec.probes]
     assert not bare.has_oracle and type(bare.oracle()).__name__ == "GenericOracle"
+
+
+def test_curated_probe_axes_are_drawn_per_audit_keeping_divisibility() -> None:
+    problem = load_catalogue().get("rmsnorm_forward")
+    odd = next(p for p in problem.spec.probes if p.name == "odd_shape")  # 1023 x 1000: must stay unaligned
+    wide = next(p for p in problem.spec.probes if p.name == "wide_rows_same_sign")  # 16 x 8192: stays aligned
+    drawn = {}
+    for seed in range(6):
+        ctx = AuditContext(problem=problem, solution=problem.example_solution("pytorch"), seed=seed)
+        a, b = probes_stage._jittered(ctx, odd).axes, probes_stage._jittered(ctx, wide).axes
+        assert a["num_tokens"] % 2 == 1 and a["hidden_size"] % 8 == 0 and a["hidden_size"] % 16 != 0
+        assert b["hidden_size"] % 16 == 0 and 0.75 * 8192 <= b["hidden_size"] <= 1.25 * 8192
+        assert b["num_tokens"] == 16  # 16 has room for no other multiple of 16 within +-25%
+        drawn[seed] = (a["num_tokens"], a["hidden_size"], b["hidden_size"])
+        again = AuditContext(problem=problem, solution=problem.example_solution("pytorch"), seed=seed)
+        assert probes_stage._jittered(again, odd).axes == a  # reproducible from the audit seed
+    assert len(set(drawn.values())) > 3

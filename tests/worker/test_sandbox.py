@@ -13,7 +13,8 @@ import pytest
 import torch
 
 from worker.formats import Solution
-from worker.sandbox import Sandbox, SandboxCrash, SandboxTimeout, SubmissionError
+from worker.sandbox import Isolation, Sandbox, SandboxCrash, SandboxTimeout, SubmissionError, namespaces_available
+from worker.sandbox.isolation import processes_in_pid_namespace
 
 
 def _solution(body: str, dps: bool = True) -> Solution:
@@ -39,25 +40,32 @@ def test_environment_is_scrubbed_and_home_is_private(monkeypatch: pytest.MonkeyP
     assert out.tolist() == [0, 1, 1]
 
 
-def test_timeout_kills_the_whole_process_group() -> None:
+@pytest.mark.parametrize("isolation", ["namespaces", "none"])
+def test_timeout_kills_everything_the_submission_started(isolation: Isolation) -> None:
+    """Unisolated, the process group is killed; isolated, the whole PID namespace (setsid daemons included)."""
+    if isolation == "namespaces" and not namespaces_available():
+        pytest.skip("bubblewrap namespaces are not available here")
     body = (
         "import subprocess, sys, time\n"
         "def run(x):\n"
         "    subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'])\n"
         "    time.sleep(600)\n"
     )
-    sb = Sandbox("cpu")
+    sb = Sandbox("cpu", isolation=isolation)
     sb.start()
     sb.load(_solution(body, dps=False))
     assert sb._proc is not None
-    pid = sb._proc.pid
+    pid, ns = sb._proc.pid, sb.pid_namespace
     t0 = time.monotonic()
     with pytest.raises(SandboxTimeout):
         sb.request("call", {"args": [torch.zeros(1)], "outputs": [], "poison": None}, timeout_s=3)
     assert time.monotonic() - t0 < 20
-    time.sleep(0.5)
-    leftovers = [int(d) for d in os.listdir("/proc") if d.isdigit() and _pgid(int(d)) == pid and not _zombie(int(d))]
-    assert leftovers == []
+    if ns is not None:
+        assert processes_in_pid_namespace(ns) == []
+    else:
+        time.sleep(0.5)
+        leftovers = [int(d) for d in os.listdir("/proc") if d.isdigit() and _pgid(int(d)) == pid and not _zombie(int(d))]
+        assert leftovers == []
     assert not sb.alive
 
 
@@ -71,7 +79,7 @@ def test_the_child_dies_when_its_parent_is_killed_outright(tmp_path: Path) -> No
         "sb = Sandbox('cpu')\n"
         "sb.start()\n"
         "sb.load(Solution.model_validate_json(sys.argv[1]))\n"
-        "print(sb._proc.pid, flush=True)\n"
+        "print(sb._proc.pid, sb.pid_namespace or 0, flush=True)\n"
         "sb.request('call', {'args': [torch.zeros(1)], 'outputs': [], 'poison': None}, timeout_s=600)\n"
     )
     # busy in the kernel, the child never reads the pipe, so it cannot notice that the parent is gone
@@ -82,7 +90,7 @@ def test_the_child_dies_when_its_parent_is_killed_outright(tmp_path: Path) -> No
     child = -1
     try:
         assert parent.stdout is not None
-        child = int(parent.stdout.readline())
+        child, ns = (int(v) for v in parent.stdout.readline().split())
         assert not _zombie(child)
         time.sleep(1.0)  # the call is under way
         parent.send_signal(signal.SIGKILL)
@@ -91,6 +99,11 @@ def test_the_child_dies_when_its_parent_is_killed_outright(tmp_path: Path) -> No
         while not _zombie(child) and time.monotonic() < deadline:
             time.sleep(0.1)
         assert _zombie(child), "the sandbox child outlived its killed parent"
+        if ns:  # isolated: bwrap's init dies with it, and with init everything in its namespace
+            deadline = time.monotonic() + 10
+            while processes_in_pid_namespace(ns) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert processes_in_pid_namespace(ns) == []
     finally:
         parent.kill()
         if child > 0 and not _zombie(child):

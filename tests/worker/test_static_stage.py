@@ -145,6 +145,10 @@ CHEATS = [
     # a cache keyed on a few sampled input values (issue 9: "11.5x faster")
     ("_C = {}\ndef run(x, out):\n    key = tuple(x[:4].tolist())\n    hit = _C.get(key)\n", "value-keyed-cache", "fail"),
     ("_C = {}\ndef run(x, out):\n    if x[0].item() in _C:\n        out.copy_(_C[x[0].item()])\n", "value-keyed-cache", "fail"),
+    # keys built in a helper function
+    ("_C = {}\ndef _k(x):\n    return tuple(x[:4].tolist())\ndef run(x, out):\n    if _k(x) in _C:\n        out.copy_(_C[_k(x)])\n",
+     "value-keyed-cache", "fail"),
+    ("_C = {}\ndef _k(x):\n    p = x.data_ptr()\n    return (p, 1)\ndef run(x, out):\n    _C[_k(x)] = out\n", "output-cache", "fail"),
     ("import os\ndef run():\n    return os.environ.get('CUDA_VISIBLE_DEVICES')\n", "env-read", "warn"),
 ]
 
@@ -271,10 +275,12 @@ def test_kernelguard_signals_only_warn() -> None:
     assert findings and all(f.rule == "kernelguard-signal" and f.severity == "warn" for f in findings)
 
 
-def test_kernelguard_that_does_not_finish_fails_the_stage() -> None:
-    """A source built to stall a checker must not stall the worker: the child is killed at the limit."""
+def test_kernelguard_that_does_not_finish_is_stopped_and_reported() -> None:
+    """A source that stalls kernelguard must not stall the worker: its process is killed at the limit, and the
+    stage says kernelguard's checks are missing (a warning: our own rules ran in full)."""
     (f,) = scan_solution_with_kernelguard(_solution({"kernel.py": "def run(x, out):\n    out.copy_(x)\n"}), time_limit_s=0.001)
-    assert (f.rule, f.severity) == ("kernelguard-timeout", "fail")
+    assert (f.rule, f.severity) == ("kernelguard-incomplete", "warn")
+    assert "longer than 0.001 s" in f.message
 
 
 def test_scanning_never_runs_the_submission(tmp_path: Path) -> None:

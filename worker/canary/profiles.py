@@ -1,4 +1,4 @@
-"""Canary sizes: a CPU profile that finishes in about a minute on 2 cores, and a GPU profile."""
+"""Canary sizes: a CPU profile for a 2-core machine, and a GPU profile."""
 
 from __future__ import annotations
 
@@ -62,7 +62,9 @@ CPU = CanaryProfile(
     fidelity_steps=(0, 40, 80),
     threads=1,
     sgd_lr=0.1,
-    perturbed_runs=2,
+    # one 1-ulp null per optimiser: on the CPU its held-out gap is ~5e-5 nats (benchmarks/results/canary_cost_cpu.txt),
+    # so the threshold max(3 x band, 0.01) is the floor; a second null changed it only above 0.0033 nats
+    perturbed_runs=1,
     repeat_runs=0,  # the CPU is deterministic: a rerun of the reference gives a gap of exactly 0
     loss_floor=0.01,
     child_timeout_s=180.0,

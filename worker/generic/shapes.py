@@ -70,16 +70,6 @@ def _greedy(definition: Definition, base: dict[str, int], gen: torch.Generator, 
     return current
 
 
-def jittered(definition: Definition, base: dict[str, int], gen: torch.Generator) -> dict[str, int]:
-    """Each var axis >= MIN_JITTER drawn uniformly within +-25% of the base."""
-    cands = {}
-    for axis, v in base.items():
-        if v >= MIN_JITTER:
-            lo, hi = max(1, math.floor(v * (1 - JITTER))), math.ceil(v * (1 + JITTER))
-            cands[axis] = torch.randint(lo, hi + 1, (TRIES,), generator=gen).tolist()
-    return _greedy(definition, base, gen, cands)
-
-
 def odd(definition: Definition, base: dict[str, int], gen: torch.Generator) -> dict[str, int]:
     """Each var axis >= MIN_JITTER moved to an odd size near its base (no multiple of 16 or 128)."""
     cands = {}
@@ -96,11 +86,14 @@ def numel_of(definition: Definition, var_axes: dict[str, int]) -> int:
     return sum(math.prod(definition.shape_of(s, axes)) for s in definition.inputs.values() if not s.is_scalar)
 
 
-def long_axis(definition: Definition, base: dict[str, int], axis: str, factor: int, gen: torch.Generator) -> dict[str, int] | None:
-    """`axis` made `factor` times longer, other var axes halved (largest first) to keep the inputs' size."""
+def long_axis(
+    definition: Definition, base: dict[str, int], axis: str, factor: int, gen: torch.Generator, keep: tuple[str, ...] = ()
+) -> dict[str, int] | None:
+    """`axis` made `factor` times longer, other var axes halved (those not in `keep` first, largest first) to
+    keep the inputs within 4x their base size."""
     if axis not in base:
         return None
-    budget = 2 * numel_of(definition, base)
+    budget = 4 * numel_of(definition, base)
     for _ in range(TRIES):
         length = base[axis] * factor + int(torch.randint(0, max(base[axis] // 4, 1) + 1, (1,), generator=gen))
         trial = {**base, axis: length}
@@ -110,8 +103,39 @@ def long_axis(definition: Definition, base: dict[str, int], axis: str, factor: i
             others = [a for a in trial if a != axis and trial[a] >= 2 * MIN_JITTER]
             if not others:
                 break
-            largest = max(others, key=lambda a: trial[a])
+            largest = max(others, key=lambda a: (a not in keep, trial[a]))
             trial[largest] //= 2
-        if numel_of(definition, trial) <= 4 * budget and satisfies(definition, trial):
+        if numel_of(definition, trial) <= 2 * budget and satisfies(definition, trial):
             return trial
     return None
+
+
+DIVISOR_CAP = 4  # jitter keeps divisibility by up to 2**4 = 16
+
+
+def _two_adic(v: int, cap: int = DIVISOR_CAP) -> int:
+    j = 0
+    while j < cap and v % (2 ** (j + 1)) == 0:
+        j += 1
+    return j
+
+
+def jittered_keeping_divisibility(definition: Definition, var_axes: dict[str, int], gen: torch.Generator) -> dict[str, int]:
+    """Each var axis >= MIN_JITTER within +-25%, with the same power of two dividing it (up to 16).
+
+    A multiple of 16 stays a multiple of 16 and an odd size stays odd, so a probe keeps what it was written
+    for (aligned or not) while its exact sizes change from audit to audit.
+    """
+    cands = {}
+    for axis, v in var_axes.items():
+        if v < MIN_JITTER:
+            continue
+        j = _two_adic(v)
+        step = 2**j
+        lo, hi = math.ceil(v * (1 - JITTER) / step), math.floor(v * (1 + JITTER) / step)
+        exact = j < DIVISOR_CAP  # below the cap the quotient must stay odd, so the power of two is exactly the same
+        options = [q * step for q in range(max(lo, 1), hi + 1) if not exact or q % 2 == 1]
+        if options:
+            picks = torch.randint(0, len(options), (TRIES,), generator=gen).tolist()
+            cands[axis] = [options[i] for i in picks]
+    return _greedy(definition, var_axes, gen, cands)

@@ -119,18 +119,18 @@ def derive_plan(
         )
 
     add("workload_like", f"the benchmark's own distribution at axes drawn within +-{shapes.JITTER:.0%} of workload "
-        f"'{base.uuid}': the baseline, and the case for the behavioural checks", shapes.jittered(definition, base_axes, gen))
+        f"'{base.uuid}' (keeping the power of two dividing each): the baseline, and the case for the behavioural checks", shapes.jittered_keeping_divisibility(definition, base_axes, gen))
     for name in floats:
         for scale in SCALES:
             add(f"scale_{scale:g}:{name}", f"'{name}' at std {scale:g} (activations and gradients span 1e-4..1e3 in "
                 "training): catches fp16 overflow, lost eps, underflowing sums of squares",
-                shapes.jittered(definition, base_axes, gen), {name: InputGenerator(kind="normal", std=scale)})
+                shapes.jittered_keeping_divisibility(definition, base_axes, gen), {name: InputGenerator(kind="normal", std=scale)})
         add(f"offset:{name}", f"'{name}' with mean {OFFSET_MEAN:g} and std 1 (un-centred activations, a residual "
-            "stream's drift): one-pass statistics cancel", shapes.jittered(definition, base_axes, gen),
+            "stream's drift): one-pass statistics cancel", shapes.jittered_keeping_divisibility(definition, base_axes, gen),
             {name: InputGenerator(kind="normal", mean=OFFSET_MEAN, std=1.0)})
         if len(definition.inputs[name].shape or []) >= 2:
             add(f"zero_rows:{name}", f"a quarter of the rows of '{name}' exactly zero (padding tokens, masked "
-                "positions): a scale or norm of zero must not give 0/0", shapes.jittered(definition, base_axes, gen),
+                "positions): a scale or norm of zero must not give 0/0", shapes.jittered_keeping_divisibility(definition, base_axes, gen),
                 {name: InputGenerator(kind="zero_rows", fraction=0.25)})
     odd_axes = shapes.odd(definition, base_axes, gen)
     if odd_axes != base_axes:
@@ -139,10 +139,10 @@ def derive_plan(
         skipped.append("odd_shape: no var axis can take an odd size under the definition's constraints")
     if tensors:
         add("strided", "inputs handed over as strided views (slices of a fused buffer): a kernel that assumes "
-            "contiguous rows reads the wrong elements", shapes.jittered(definition, base_axes, gen), noncontiguous=tensors)
+            "contiguous rows reads the wrong elements", shapes.jittered_keeping_divisibility(definition, base_axes, gen), noncontiguous=tensors)
     reducible = [a for a in structure.reduced_axes if a in base_axes]
     for axis in reducible[:MAX_LONG_AXES]:
-        axes = shapes.long_axis(definition, base_axes, axis, LONG_FACTOR.get(profile, 4), gen)
+        axes = shapes.long_axis(definition, base_axes, axis, LONG_FACTOR.get(profile, 4), gen, keep=tuple(reducible))
         if axes is None:
             skipped.append(f"long_reduction:{axis}: no longer size fits the constraints and the size budget")
             continue
@@ -155,16 +155,16 @@ def derive_plan(
         high = r.high_axis or ""
         one = {"high_axis": high}
         add(f"zipf_ids:{r.name}", f"'{r.name}' are ids ({r.why}): Zipf s=1.1 as token frequencies are",
-            shapes.jittered(definition, base_axes, gen), {r.name: InputGenerator(kind="zipf_ids", s=1.1, **one)})
+            shapes.jittered_keeping_divisibility(definition, base_axes, gen), {r.name: InputGenerator(kind="zipf_ids", s=1.1, **one)})
         add(f"real_text_ids:{r.name}", f"'{r.name}' as real text tokenizes (or the user's token statistics)",
-            shapes.jittered(definition, base_axes, gen), {r.name: InputGenerator(kind="real_text_ids", **one)})
+            shapes.jittered_keeping_divisibility(definition, base_axes, gen), {r.name: InputGenerator(kind="real_text_ids", **one)})
         add(f"hot_id:{r.name}", f"half of '{r.name}' one id (a frequent token, a collapsed router): many "
-            "contributions land on one row", shapes.jittered(definition, base_axes, gen),
+            "contributions land on one row", shapes.jittered_keeping_divisibility(definition, base_axes, gen),
             {r.name: InputGenerator(kind="hot_id", fraction=0.5, **one)}, adversarial=True)
         if pad is None:
             skipped.append(f"padding:{r.name}: the definition has no pad/ignore scalar")
             continue
-        axes = shapes.jittered(definition, base_axes, gen)
+        axes = shapes.jittered_keeping_divisibility(definition, base_axes, gen)
         pad_name, pad_value = pad
         if pad_value >= definition.resolve_axes(axes).get(high, 0):
             skipped.append(f"padding:{r.name}: pad value {pad_name}={pad_value} is outside the ids' range")

@@ -4,7 +4,8 @@ For each float input, one element at a random position is nudged and the fp64 re
 An output dim whose axis the input shares is *coupled* when outputs change at other positions
 along it than the nudged one (softmax, norms, attention: the output mixes values along that axis).
 An axis of a float input that no output has is *contracted* (a GEMM's K, embedding tokens).
-Reduction axes = coupled or contracted; each output is grouped along its uncoupled dims.
+Reduction axes = coupled or contracted. Each output is judged per vector along the innermost coupled
+axis (a softmax row, an attention output row), or per row of its first dim when nothing is coupled.
 """
 
 from __future__ import annotations
@@ -92,13 +93,14 @@ def infer_structure(definition: Definition, case: Case, seed: int) -> Structure:
     groupings = {}
     for oname, spec in definition.outputs.items():
         shape = spec.shape or []
-        free = [d for d, a in enumerate(shape) if a not in coupled[oname]]
+        mixed = [d for d, a in enumerate(shape) if a in coupled[oname]]
         if not shape:
             dims, why = [], "0-d output: one group"
-        elif coupled[oname] and free:
-            dims, why = free, f"grouped along {[shape[d] for d in free]}; the reference mixes values along {sorted(coupled[oname])}"
-        elif coupled[oname]:
-            dims, why = [], f"the reference mixes values along every axis ({sorted(coupled[oname])}): the whole tensor is one group"
+        elif mixed:
+            inner = mixed[-1]
+            dims = [d for d in range(len(shape)) if d != inner]
+            why = (f"one group per vector along '{shape[inner]}' (the innermost axis the reference mixes values along; "
+                   f"mixed: {sorted(coupled[oname])})")
         elif len(shape) >= 2:
             dims, why = [0], f"elementwise in its own axes: grouped by rows of '{shape[0]}'"
         else:

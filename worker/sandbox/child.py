@@ -78,16 +78,20 @@ def op_call(state: HarnessState, payload: dict[str, Any]) -> dict[str, Any]:
 
 
 def op_time(state: HarnessState, payload: dict[str, Any]) -> dict[str, Any]:
-    """`reps` timed calls, call i on its own input set (`args` holds them one after another, `n_args` each)
-    into fresh poisoned outputs; the outputs of the calls listed in `check` go back for the parent to judge."""
-    n_args = int(payload["n_args"])
+    """`reps` timed calls, call i on its own input set (`args` holds them one after another, `n_args` each; one
+    more, if sent, is the warm-up calls') into fresh poisoned outputs; the outputs of the calls listed in
+    `check` go back for the parent to judge."""
     flat = payload["args"]
+    # without `n_args` all of `args` is one input set, reused by every call (the GPU measurement scripts' way)
+    n_args = int(payload.get("n_args", len(flat)))
     cases = [harness.prepare_args(state, {"args": flat[i:i + n_args], "noncontiguous": payload.get("noncontiguous", [])})
              for i in range(0, len(flat), n_args)] if n_args else [[]]
     cfg = timing.TimingConfig(warmup=int(payload["warmup"]), reps=int(payload["reps"]),
                               flush_l2=bool(payload.get("flush_l2", True)))
-    if len(cases) < cfg.reps:
+    if 1 < len(cases) < cfg.reps:
         raise ValueError(f"{cfg.reps} timed calls need as many input sets, got {len(cases)}")
+    # warm-up calls run on an input set of their own when one is given (so no timed call repeats one)
+    spare = cases[cfg.reps] if len(cases) > cfg.reps else cases[0]
     check = {int(i) for i in payload.get("check", [])}
     current: list[list[torch.Tensor]] = [[]]
     kept: dict[int, list[Any]] = {}
@@ -96,7 +100,7 @@ def op_time(state: HarnessState, payload: dict[str, Any]) -> dict[str, Any]:
         current[0] = harness.alloc_outputs(state, payload["outputs"], payload.get("poison"))
 
     def call(i: int) -> None:
-        results = harness.invoke(state, cases[i if i >= 0 else (-1 - i) % len(cases)], current[0])
+        results = harness.invoke(state, spare if i < 0 else cases[i] if len(cases) > 1 else cases[0], current[0])
         if i in check:
             kept[i] = results
 

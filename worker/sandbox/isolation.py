@@ -1,8 +1,8 @@
 """OS isolation of the sandbox child through bubblewrap (Debian package `bubblewrap`).
 
 What the child gets (policy "namespaces"):
-- its own PID namespace (it sees only its own processes; killing the namespace's init, which
-  `kill_namespace` does, makes the kernel kill every process in it, `setsid` daemons included),
+- its own PID namespace (it sees only its own processes; killing the namespace's init, which the
+  Sandbox does on close or timeout, makes the kernel kill every process in it, `setsid` daemons included),
   network namespace with no interface but loopback, IPC, UTS and (where possible) cgroup namespaces;
 - an unprivileged uid/gid without capabilities and with no_new_privs: as root, bwrap builds the
   namespaces and `setpriv` drops to a fresh uid of its own on the host (`fresh_uid`: no file on the host
@@ -16,7 +16,10 @@ What the child gets (policy "namespaces"):
 - resource limits (set before exec, inherited): processes, open files, file size, CPU seconds, data
   segment (memory), no core dumps.
 Policy "none" runs the child as the worker's user with only the scrubbed environment, its own session
-and the rlimits: for a developer's own kernel, never for untrusted code.
+and no core dumps: for a developer's own kernel, never for untrusted code.
+Not done here: a seccomp filter (as root the child may still create user namespaces of its own, inside
+which the mounts stay locked read-only), a cgroup (RLIMIT_DATA does not count shared mappings, page
+cache or GPU memory; RLIMIT_CPU is per process).
 """
 
 from __future__ import annotations

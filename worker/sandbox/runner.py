@@ -148,6 +148,8 @@ class Sandbox:
     # lifecycle -----------------------------------------------------------
     def start(self) -> None:
         # a neutral name: with isolation "none" the child sees this folder as its HOME
+        if self._isolation == "namespaces" and isolation.bwrap_binary() is None:
+            raise SandboxError("isolation 'namespaces' was asked for, but bubblewrap (bwrap) is not installed")
         self._tmp = tempfile.TemporaryDirectory()
         host = Path(self._tmp.name)
         c_read, p_write = os.pipe()
@@ -160,24 +162,29 @@ class Sandbox:
         fds = [c_read, c_write]
         info_r = info_w = -1
         if self._isolation == "namespaces":
-            bwrap = isolation.bwrap_binary()
-            if bwrap is None:
-                raise isolation.IsolationUnavailable("bubblewrap (bwrap) is not installed")
+            bwrap = isolation.bwrap_binary() or "bwrap"
             uid = isolation.sandbox_uid(self.policy)
             if isolation.as_root():
                 os.chown(self._spill_dir, uid, uid)
             info_r, info_w = os.pipe()
             fds.append(info_w)
-            command = isolation.bwrap_argv(bwrap, uid, self.policy, self._spill_dir, info_w, self.device, command)
+            try:
+                command = isolation.bwrap_argv(bwrap, uid, self.policy, self._spill_dir, info_w, self.device, command)
+            except isolation.IsolationUnavailable as err:
+                for fd in (info_r, info_w, c_read, c_write, p_read, p_write):
+                    os.close(fd)
+                raise SandboxError(str(err)) from err
             home = Path(isolation.WORK_DIR)
+            extra_env = {"USER": "user", "LOGNAME": "user"}  # its uid has no passwd entry: getpass.getuser() needs these
         else:
             home = host
+            extra_env = {}
         stderr = open(self._stderr_path, "wb")  # noqa: SIM115 - closed after Popen
         try:
             self._proc = subprocess.Popen(
                 command,
                 cwd=host,
-                env=scrubbed_env(home, self.device),
+                env={**scrubbed_env(home, self.device), **extra_env},
                 stdin=subprocess.DEVNULL,
                 stdout=stderr,
                 stderr=stderr,
@@ -198,7 +205,7 @@ class Sandbox:
             except (isolation.IsolationUnavailable, ValueError) as err:
                 log = self.log_tail()
                 self.close()
-                raise isolation.IsolationUnavailable(f"the sandbox could not be set up: {err}; {log}") from err
+                raise SandboxError(f"the isolated sandbox could not be set up: {err}", log) from err
         self.request("hello", {"device": self.device}, timeout_s=self.start_timeout_s)
 
     def close(self) -> None:

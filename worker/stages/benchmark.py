@@ -3,9 +3,11 @@
 For each workload: ROUNDS rounds of fresh inputs (seeded from the audit's secret
 seed); the reference runs here, in the trusted process, on a pristine copy; the
 kernel runs in the sandbox into NaN-poisoned output buffers; each output is judged
-by the elementwise rule in worker.numerics.tolerance. Then the kernel is timed in the
-sandbox (CUDA events, L2 flushed, median) against the reference timed the same way
-here; on the CPU the clock is wall-clock and labelled so.
+by the elementwise rule in worker.numerics.tolerance. Then the kernel is timed against the
+reference timed here, so that the submission cannot forge it (`_time`): fresh inputs and
+poisoned outputs for every timed call, timed outputs judged; on the GPU CUDA events in the
+sandbox (L2 flushed, median) checked against this process's wall clock and the bandwidth
+floor; on the CPU this process's own wall clock around each call.
 """
 
 from __future__ import annotations
@@ -253,7 +255,8 @@ def _time(ctx: AuditContext, sb: Sandbox, metrics: dict[str, Any], evidence: dic
     case_bytes = sum(a.nbytes for a in first_args if isinstance(a, torch.Tensor))
     out_bytes = sum(math.prod(o["shape"]) * to_torch(o["dtype"]).itemsize for o in first.output_specs(definition))
     gpu = ctx.device.startswith("cuda")
-    calls = min(cfg.reps, max(1, TIMING_POOL_BYTES // max(1, case_bytes))) if gpu else cfg.warmup + cfg.reps
+    # one input set per call; on the GPU one more for the warm-up calls
+    calls = min(cfg.reps, max(1, TIMING_POOL_BYTES // max(1, case_bytes))) + 1 if gpu else cfg.warmup + cfg.reps
     cases = [first] + [build_case(definition, ctx.reference, w, ctx.derive_seed("benchmark", "timing", w.uuid, i),
                                   folder=problem.folder) for i in range(1, calls)]
     tol = tolerance_for(problem, w)
@@ -323,12 +326,13 @@ def _time_in_child(ctx: AuditContext, sb: Sandbox, cases: list[Case], cfg: Timin
     """GPU: one request times every case once with CUDA events in the child; the parent checks what it can."""
     definition = ctx.problem.definition
     all_args = [c.args(definition) for c in cases]
-    check = sorted(random.Random(seed).sample(range(len(cases)), min(TIMING_CHECKS, len(cases))))
+    reps = len(cases) - 1  # the last input set is the warm-up calls'
+    check = sorted(random.Random(seed).sample(range(reps), min(TIMING_CHECKS, reps)))
     timing["checked_calls"] = check
     payload = {
         "args": [a for args in all_args for a in args], "n_args": len(all_args[0]),
         "outputs": cases[0].output_specs(definition), "poison": float("nan"), "check": check,
-        "warmup": cfg.warmup, "reps": len(cases), "flush_l2": cfg.flush_l2,
+        "warmup": cfg.warmup, "reps": reps, "flush_l2": cfg.flush_l2,
     }
     t0 = time.perf_counter()
     reply = _request(sb, ctx, "time", payload, where, liveness=False)
@@ -337,7 +341,7 @@ def _time_in_child(ctx: AuditContext, sb: Sandbox, cases: list[Case], cfg: Timin
     if (
         clock != "cuda_events"
         or not isinstance(times, list)
-        or len(times) != len(cases)
+        or len(times) != reps
         or not all(isinstance(t, float) and math.isfinite(t) and t > 0 for t in times)
     ):
         raise _Failure(f"{where}: the timing reply is malformed (clock {clock!r}, {len(times) if isinstance(times, list) else 0} samples)")

@@ -18,6 +18,7 @@ import torch
 
 from worker.context import AuditContext
 from worker.generic.promote import GenericOracle
+from worker.generic.shapes import jittered_keeping_divisibility
 from worker.generic.spec import GenericPlan, derive_plan
 from worker.inputs import Case
 from worker.numerics import checks
@@ -139,9 +140,19 @@ def _slack(oracle: Callable[..., Any]) -> float:
     return 1.0
 
 
+def _jittered(ctx: AuditContext, probe: ProbeSpec) -> ProbeSpec:
+    """A curated probe at var axes drawn for this audit (worker.generic.shapes.jittered_keeping_divisibility)."""
+    definition = ctx.problem.definition
+    stated = probe.axes_for(ctx.profile)
+    var_axes = {a: v for a, v in stated.items() if a in definition.var_axes}
+    gen = torch.Generator().manual_seed(ctx.derive_seed(NAME, "axes", probe.name))
+    drawn = {**stated, **jittered_keeping_divisibility(definition, var_axes, gen)}
+    return probe.model_copy(update={"axes": drawn, "gpu_axes": drawn})
+
+
 def _run_probe(
     ctx: AuditContext, spec: AuditSpec, probe: ProbeSpec, oracle: Callable[..., Any], sources: ProbeSources,
-    notes: list[str],
+    notes: list[str], jitter: bool = False,
 ) -> tuple[ProbeOutcome, Case | None, dict[str, Any] | None]:
     seed = ctx.derive_seed(NAME, probe.name)
     outcome = ProbeOutcome(
@@ -153,7 +164,8 @@ def _run_probe(
         noncontiguous=probe.noncontiguous,
     )
     try:
-        case = build_probe_case(ctx.problem.definition, probe, ctx.profile, seed, sources, notes)
+        drawn = _jittered(ctx, probe) if jitter else probe
+        case = build_probe_case(ctx.problem.definition, drawn, ctx.profile, seed, sources, notes)
     except ProbeInputError as err:
         outcome.input_error = str(err)
         return outcome, None, None
@@ -276,7 +288,7 @@ def run(ctx: AuditContext) -> StageResult:
     ran: dict[str, tuple[Case, dict[str, Any]]] = {}
     for probe in spec.probes:
         ctx.progress(f"probes: {probe.name}")
-        outcome, case, reply = _run_probe(ctx, spec, probe, oracle, sources, notes)
+        outcome, case, reply = _run_probe(ctx, spec, probe, oracle, sources, notes, jitter=plan is None and spec.jitter_axes)
         outcomes.append(outcome)
         if case is not None and reply is not None:
             calls.append((probe.name, case.args(definition), reply["args_after"]))
@@ -347,6 +359,12 @@ def run(ctx: AuditContext) -> StageResult:
         "floor": [floor_note(d) for d in sorted(dtypes, key=str)],
         "seeds": {o.name: o.seed for o in outcomes},
         "probes": [{**o.spec, "axes_used": o.axes, "seed": o.seed} for o in outcomes],
+        "axes_drawn": (
+            "each probe's var axes drawn within +-25% of the stated ones from the audit seed "
+            "(derive_seed('probes', 'axes', probe)), keeping the power of two that divides each"
+            if plan is None and spec.jitter_axes else
+            "derived probes: axes drawn from the plan seed" if plan is not None else "as stated (jitter_axes: false)"
+        ),
         "not_applicable": {o.name: o.not_applicable for o in outcomes if o.not_applicable},
         "budgets": {n: b.model_dump() for n, b in spec.budgets.items()},
         "checks": check_evidence,

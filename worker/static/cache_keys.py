@@ -3,7 +3,8 @@
 A key built from object identity (`data_ptr()`, `id()`, storage) replays old outputs (rule output-cache,
 fail); a key built from input values (`x[0].item()`, `x[:8].tolist()`) replays them whenever those values
 repeat, which a timing loop over one input always does (rule value-keyed-cache, fail); a key built from shapes is how workspaces are reused as well as how outputs are replayed
-(rule shape-keyed-cache, warn). Keys are followed through local names (`key = x.data_ptr(); _C[key]`).
+(rule shape-keyed-cache, warn). Keys are followed through local names (`key = x.data_ptr(); _C[key]`) and
+through module-level helper functions that return one (`def _key(x): return x[:4].tolist()`; `_C[_key(x)]`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from worker.static.patterns import (
 )
 
 KeyKind = tuple[str, str]  # (rule id, what the key is built from)
+_STRENGTH = {"output-cache": 2, "value-keyed-cache": 1, "shape-keyed-cache": 0}
 
 
 def is_container(value: ast.AST, aliases: ImportAliases) -> bool:
@@ -44,11 +46,34 @@ def module_containers(tree: ast.Module, aliases: ImportAliases) -> set[str]:
     return out
 
 
-class KeyTracker:
-    """Per function scope: local names holding a value built from identities or shapes."""
+def helper_key_kinds(tree: ast.Module) -> dict[str, KeyKind]:
+    """Module-level functions that return a key built from identities, values or shapes, in definition order."""
+    helpers: dict[str, KeyKind] = {}
+    for fn in tree.body:
+        if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        tracker = KeyTracker(helpers)
+        tracker.enter()
+        best: KeyKind | None = None
+        for n in ast.walk(fn):
+            if isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name):
+                tracker.note_assign(n.targets[0].id, n.value)
+            elif isinstance(n, ast.Return) and n.value is not None:
+                kind = tracker.kind(n.value)
+                if kind and (best is None or _STRENGTH[kind[0]] > _STRENGTH[best[0]]):
+                    best = kind
+        if best:
+            helpers[fn.name] = (best[0], f"{best[1]} (via {fn.name}())")
+    return helpers
 
-    def __init__(self) -> None:
+
+class KeyTracker:
+    """Per function scope: local names holding a value built from identities or shapes; `helpers` are the
+    module's functions that return such a value."""
+
+    def __init__(self, helpers: dict[str, KeyKind] | None = None) -> None:
         self._scopes: list[dict[str, KeyKind]] = []
+        self._helpers: dict[str, KeyKind] = helpers if helpers is not None else {}
 
     def enter(self) -> None:
         self._scopes.append({})
@@ -81,6 +106,13 @@ class KeyTracker:
             if isinstance(n, ast.Call):
                 f = n.func
                 name = f.attr if isinstance(f, ast.Attribute) else (f.id if isinstance(f, ast.Name) else "")
+                helper = self._helpers.get(name) if isinstance(f, ast.Name) else None
+                if helper is not None:
+                    if helper[0] == "output-cache":
+                        return helper
+                    if helper[0] == "value-keyed-cache":
+                        value = value or helper[1]
+                    shape = shape or helper[1]
                 if name in IDENTITY_KEY_CALLS:
                     return "output-cache", f"{name}()"
                 if name in VALUE_KEY_CALLS and isinstance(f, ast.Attribute):

@@ -13,8 +13,9 @@ whole file and report no line, so these findings carry line 0 and kernelguard's 
 
 It runs in a separate Python process (`-I`, one per audit, all files at once) with a time limit: its
 regexes read hostile source, and a source built to stall a checker must not stall the worker. Not
-finishing in time fails (`kernelguard-timeout`: a legitimate file takes well under a second); a crash
-of kernelguard itself only warns (`kernelguard-incomplete`), since our own rules still ran.
+finishing in time, or kernelguard failing, only warns (`kernelguard-incomplete`): our own rules still
+ran, and kernelguard is slow on large legitimate files (measured: a 0.9 MB file of 20,000 small
+functions took over 60 s, where a catalogue kernel takes about 0.3 s including the process start).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from worker.static.patterns import HARNESS_ROOTS
 from worker.static.rules import RULES, Finding
 
 KERNELGUARD_VERSION = "0.3.2"  # the pin in pyproject.toml; tests check the installed one matches
-TIME_LIMIT_S = 60.0
+TIME_LIMIT_S = 20.0
 
 # the child: read [{code, entry, harness}, ...] as JSON on stdin, write [[match, ...], ...] on stdout.
 # kernelguard's entry point is GPU MODE's `custom_kernel`: ours is the solution's entry function, and our
@@ -72,9 +73,7 @@ def _to_finding(path: str, m: KernelguardMatch) -> Finding:
 
 
 class _Incomplete(Exception):
-    def __init__(self, reason: str, *, timed_out: bool = False) -> None:
-        super().__init__(reason)
-        self.timed_out = timed_out
+    """kernelguard gave no answer (timed out, failed, or replied with something else)."""
 
 
 def _run_child(items: list[dict[str, object]], time_limit_s: float) -> list[list[KernelguardMatch]]:
@@ -85,7 +84,7 @@ def _run_child(items: list[dict[str, object]], time_limit_s: float) -> list[list
             input=json.dumps(items), capture_output=True, text=True, timeout=time_limit_s, check=False,
         )
     except subprocess.TimeoutExpired as e:
-        raise _Incomplete(f"kernelguard took longer than {time_limit_s:g} s", timed_out=True) from e
+        raise _Incomplete(f"kernelguard took longer than {time_limit_s:g} s") from e
     if proc.returncode != 0:
         last = proc.stderr.strip().splitlines()[-1:] or [""]
         raise _Incomplete(f"kernelguard exited {proc.returncode}: {last[0]}")
@@ -105,7 +104,7 @@ def scan_solution_with_kernelguard(solution: Solution, time_limit_s: float = TIM
     try:
         result = _run_child(items, time_limit_s)
     except _Incomplete as e:
-        return [_finding(files[0].path, "kernelguard-timeout" if e.timed_out else "kernelguard-incomplete", str(e))]
+        return [_finding(files[0].path, "kernelguard-incomplete", str(e))]
     seen: set[tuple[str, str]] = set()
     out: list[Finding] = []
     for src, matches in zip(files, result):

@@ -12,7 +12,7 @@ import ast
 
 from worker.formats import Solution
 from worker.static import environment, foreign_code
-from worker.static.cache_keys import KeyTracker, is_container, module_containers
+from worker.static.cache_keys import KeyTracker, helper_key_kinds, is_container, module_containers
 from worker.static.names import ImportAliases, call_leaf
 from worker.static.patterns import (
     CAST_METHODS,
@@ -92,7 +92,7 @@ class _Scanner(ast.NodeVisitor):
         self.aliases = ImportAliases()
         self.aliases.prescan(tree)
         self.module_containers = module_containers(tree, self.aliases)
-        self.keys = KeyTracker()
+        self.keys = KeyTracker(helper_key_kinds(tree))
         self._func_depth = 0
         self._docstrings = docstring_ids(tree)
         self._named_env_reads: set[int] = set()  # ids of os.environ nodes read by one constant name
