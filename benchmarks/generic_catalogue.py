@@ -106,6 +106,7 @@ def main() -> int:
     ap.add_argument("--jobs", type=int, default=1)
     ap.add_argument("--budget-s", type=float, default=float("inf"))
     ap.add_argument("--out", type=Path, required=True, help="markdown file; the JSON rows go beside it")
+    ap.add_argument("--resume", action="store_true", help="keep the rows already in --out's JSON and audit only the rest")
     args = ap.parse_args()
     catalogue = load_catalogue()
     only = set(args.only.split(",")) if args.only else None
@@ -119,6 +120,10 @@ def main() -> int:
             if runs_on(sol.spec, args.device):
                 jobs.append((problem.name, sname, args.device, problem.curated))
     rows: list[dict[str, Any]] = []
+    if args.resume and args.out.with_suffix(".json").exists():
+        rows = json.loads(args.out.with_suffix(".json").read_text())["rows"]
+        done = {(r["definition"], r["example"]) for r in rows}
+        jobs = [j for j in jobs if (j[0], j[1]) not in done]
     started = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
     import torch
 
