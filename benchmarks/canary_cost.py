@@ -79,7 +79,8 @@ def main() -> None:
         "audits": rows,
     }
     print(f"canary cost, {profile.name} profile on {args.device}: {summary['seconds_per_audit']} s per audit "
-          f"({n_runs} training runs of {profile.steps} steps: {runs['parent']} here, stacked per optimiser in one thread each "
+          f"({n_runs} training runs of {profile.steps} steps: {runs['parent']} here, stacked per optimiser, "
+          f"{'one thread per optimiser' if profile.parallel_optimizers else 'one optimiser after the other'} "
           f"(~{summary['seconds_per_parent_optimiser']} s per optimiser with held-out evaluation), while the submission's "
           f"{runs['submission']} run in its own process; then the submission's evaluation and the fidelity check); "
           f"load average before {load_before}, after {summary['load_after']}")

@@ -89,7 +89,8 @@ def markdown(rows: list[dict[str, Any]], header: str) -> str:
              "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         caught = ", ".join(r["caught_by"][:4]) + ("..." if len(r["caught_by"]) > 4 else "")
-        ratio = "" if r["worst_ratio"] is None else f"{r['worst_ratio']:.3g}x"
+        ratio = f"{r['worst_ratio']:.3g}x" if r["worst_ratio"] is not None else (
+            "non-finite" if "infx" in r["probes_summary"] else "")
         lines.append(f"| {r['definition']} | {r['example']} | {r['benchmark']} | {r['generic_probes']} | {caught or '-'} | "
                      f"{ratio} | {verdict_cell(r)} | {r['wall_s']} s |")
     lines += ["", "Probe summaries:", ""]
@@ -120,27 +121,32 @@ def main() -> int:
             if runs_on(sol.spec, args.device):
                 jobs.append((problem.name, sname, args.device, problem.curated))
     rows: list[dict[str, Any]] = []
-    if args.resume and args.out.with_suffix(".json").exists():
-        rows = json.loads(args.out.with_suffix(".json").read_text())["rows"]
+    previous = json.loads(args.out.with_suffix(".json").read_text()) if args.resume and args.out.with_suffix(".json").exists() else None
+    if previous is not None:
+        rows = previous["rows"]
         done = {(r["definition"], r["example"]) for r in rows}
         jobs = [j for j in jobs if (j[0], j[1]) not in done]
     started = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
     import torch
 
-    header = (f"# Generic path over the catalogue ({args.device}: {device_name(args.device)}, torch {torch.__version__}, "
+    header = previous["header"] if previous is not None else (f"# Generic path over the catalogue ({args.device}: {device_name(args.device)}, torch {torch.__version__}, "
               f"{started})\n\nStages {','.join(STAGES)}; problems without audit.json"
               + (" and, judged as if uncurated, the curated ones" if args.with_curated else "") + ".")
 
-    def record(row: dict[str, Any]) -> None:
-        rows.append(row)
+    def write() -> None:
         rows.sort(key=lambda r: (r["definition"], r["example"]))
-        print(f"{row['definition']}/{row['example']}: benchmark {row['benchmark']}, probes {row['generic_probes']} "
-              f"({row['wall_s']} s) -> {verdict_cell(row)}", flush=True)
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(markdown(rows, header))
         args.out.with_suffix(".json").write_text(json.dumps({"header": header, "rows": rows}, indent=1))
 
+    def record(row: dict[str, Any]) -> None:
+        rows.append(row)
+        print(f"{row['definition']}/{row['example']}: benchmark {row['benchmark']}, probes {row['generic_probes']} "
+              f"({row['wall_s']} s) -> {verdict_cell(row)}", flush=True)
+        write()
+
     unfinished = run_jobs(audit_row, jobs, workers=args.jobs, budget_s=args.budget_s, on_result=record)
+    write()
     missed = [r for r in rows if r["known_bad"] and r["benchmark"] != "failed" and r["generic_probes"] != "failed"]
     false_pos = [r for r in rows if not r["known_bad"] and (r["benchmark"] != "passed" or r["generic_probes"] != "passed")]
     print(f"{len(rows)} audits; {len(missed)} known-bad missed; {len(false_pos)} correct examples flagged; {unfinished} unfinished")

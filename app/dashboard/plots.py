@@ -38,7 +38,8 @@ def probe_errors(metrics: dict[str, Any]) -> list[dict[str, Any]]:
             xs, ys = [], []
             for b in om.get("buckets") or []:
                 x, y = _num(b.get("mean_label")) or _num(b.get("lo")), _num(b.get("ratio"))
-                if x is not None and y is not None and b.get("groups", 0):
+                # an exact bucket (ratio 0, e.g. rows with one contribution) has no place on a log axis
+                if x is not None and y is not None and y > 0 and b.get("groups", 0):
                     xs.append(x)
                     ys.append(y)
             if xs:

@@ -4,15 +4,16 @@ app/dashboard/static/dashboard.js (draws the plots, and polls a running audit's 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated
 
 import plotly
-from fastapi import APIRouter, HTTPException, Request
+from fastapi import APIRouter, Form, HTTPException, Request
 from fastapi.responses import FileResponse, HTMLResponse, Response
 from fastapi.templating import Jinja2Templates
 
 from app.api.deps import ServicesDep
 from app.dashboard import queries
-from app.dashboard.access import GateDep
+from app.dashboard.access import GateDep, open_with_key
 from app.leaderboard.repository import STAGES
 
 HERE = Path(__file__).resolve().parent
@@ -33,6 +34,12 @@ def static(name: str) -> FileResponse:
     if found is None:
         raise HTTPException(404, f"no static file '{name}'")
     return FileResponse(found[0], media_type=found[1], headers={"Cache-Control": "public, max-age=3600"})
+
+
+@router.post("/key")
+async def key_form(request: Request, services: ServicesDep, key: Annotated[str, Form(max_length=200)],
+                   next: Annotated[str, Form(max_length=2000)] = "/") -> Response:
+    return await open_with_key(request, services, key, next)
 
 
 @router.get("/", response_class=HTMLResponse)

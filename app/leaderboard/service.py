@@ -22,7 +22,8 @@ _BY_RANK = {
 
 
 def leaderboard(session: Session, problem: str, sound_only: bool = False) -> Leaderboard:
-    rows = session.execute(_BY_RANK[sound_only], {"problem": problem}).all()
+    # Core execution on the session's connection: the statement selects columns, the ORM has nothing to add
+    rows = session.connection().execute(_BY_RANK[sound_only], {"problem": problem}).all()
     return Leaderboard(problem=problem, rows=[
         LeaderboardRow(rank=r[0], submitter=r[1], submission_id=r[2], solution_name=r[3], kernel_ms=r[4], reference_ms=r[5],
                        speedup=r[6], passes_benchmark=r[7], numerically_sound=r[8], verdict=r[9], audited_at=r[10])

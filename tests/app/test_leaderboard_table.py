@@ -209,6 +209,14 @@ def test_a_private_dashboard_needs_a_key_and_never_shows_it(world) -> None:  # t
         page = client.get(r.headers["location"])  # the cookie carries the key from now on
         assert page.status_code == 200 and "alice" in page.text and key not in page.text
         assert key not in client.get("/").text
+    with _dashboard(settings, dashboard_public=False) as client:  # the locked page's form: a POST, the key in no address
+        assert client.post("/key", data={"key": "ka_not_a_key", "next": "/"}).status_code == 401
+        for hostile in ("//evil.example/x", "https://evil.example/", "/\\evil.example", "/\t/evil.example"):
+            r = client.post("/key", data={"key": key, "next": hostile}, follow_redirects=False)
+            assert r.status_code == 303 and r.headers["location"] == "/"
+        r = client.post("/key", data={"key": key, "next": f"/problems/{PROBLEM}"}, follow_redirects=False)
+        assert r.status_code == 303 and r.headers["location"] == f"/problems/{PROBLEM}" and key not in r.text
+        assert client.get(f"/problems/{PROBLEM}").status_code == 200
 
 
 def test_a_pooled_connection_killed_while_idle_is_replaced_at_checkout(pg_url: str) -> None:

@@ -17,7 +17,10 @@ from worker.canary.profiles import CPU
 from worker.canary.stacked import CanaryStopped, train_stacked
 from worker.canary.train import perturbed_kernel, reference_kernel, train
 from worker.catalogue import Catalogue, load_catalogue
+from worker.context import AuditContext
 from worker.reference import Reference
+from worker.stages import canary as canary_stage
+from worker.stages.result import StageStatus
 
 STEPS = 10
 P = CPU.model_copy(update={"steps": STEPS, "checkpoints": (5, STEPS)})
@@ -106,3 +109,23 @@ def test_a_set_stop_event_ends_the_training(catalogue: Catalogue) -> None:
     with pytest.raises(CanaryStopped):
         train_stacked(P, b, [counting], init, batches, "sgd", "cpu", stop=stop)
     assert calls == 2
+
+
+def test_the_stage_judges_the_same_with_one_thread_per_optimiser(catalogue: Catalogue) -> None:
+    """The GPU profile's threaded parent (one thread per optimiser) and the CPU's one-after-the-other agree exactly."""
+    problem = catalogue.get("embedding_backward")
+    tiny = P.model_copy(update={"fidelity_steps": (0, STEPS), "fidelity_calls_per_step": 1})
+    results = {}
+    for parallel in (False, True):
+        ctx = AuditContext(problem=problem, solution=problem.example_solution("pytorch_fp32"), device="cpu", seed=5)
+        try:
+            results[parallel] = canary_stage.run(ctx, tiny.model_copy(update={"parallel_optimizers": parallel}))
+        finally:
+            ctx.close()
+    seq, par = results[False], results[True]
+    assert seq.status is StageStatus.passed and par.status is StageStatus.passed, (seq.summary, par.summary)
+    for key in ("loss_gap", "noise_band", "fidelity_worst_ratio"):
+        assert seq.metrics[key] == par.metrics[key]
+    for opt in ("sgd", "adamw"):
+        assert seq.evidence["curves"][opt]["heldout"] == par.evidence["curves"][opt]["heldout"]
+        assert len(seq.evidence["curves"][opt]["heldout"]["null_gaps"]) == tiny.perturbed_runs

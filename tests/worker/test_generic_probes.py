@@ -106,3 +106,13 @@ def test_curated_probe_axes_are_drawn_per_audit_keeping_divisibility() -> None:
         again = AuditContext(problem=problem, solution=problem.example_solution("pytorch"), seed=seed)
         assert probes_stage._jittered(again, odd).axes == a  # reproducible from the audit seed
     assert len(set(drawn.values())) > 3
+
+
+def test_canary_says_no_canary_for_an_op_that_fits_no_site() -> None:
+    from worker.stages import canary as canary_stage
+    from worker.stages.result import AuditReport, Verdict
+
+    ctx = AuditContext(problem=TINY, solution=TINY.example_solution("stable"), seed=1)
+    result = canary_stage.run(ctx)
+    assert result.status is StageStatus.skipped and result.summary.startswith("no canary for this op")
+    assert AuditReport.verdict_of([result]) is Verdict.pass_  # it does not count against the kernel

@@ -95,7 +95,7 @@ def _run(ctx: AuditContext, p: CanaryProfile, binding: OpBinding) -> StageResult
         return [heldout_loss(p, binding.site, states[s], held, device) for s in steps]
 
     # the parent's runs of one optimiser train together, stacked: the reference, its reruns, its 1-ulp perturbations;
-    # each optimiser in its own thread, next to the submission's process
+    # with p.parallel_optimizers (GPU), each optimiser in its own thread and CUDA stream, next to the submission's process
     null_kinds = ["rerun"] * p.repeat_runs + ["perturbed_1ulp"] * p.perturbed_runs
     stop = threading.Event()  # set when this stage unwinds early: the threads' training stops at its next step
 
@@ -127,13 +127,17 @@ def _run(ctx: AuditContext, p: CanaryProfile, binding: OpBinding) -> StageResult
             replies[opt] = (reply, time.perf_counter() - t)
         return replies
 
-    ctx.progress("canary: submission training in its process; reference and null runs here, one thread per optimiser")
+    ctx.progress("canary: submission training in its process; reference and null runs here")
     torch.manual_seed(seed)
-    with ThreadPoolExecutor(max_workers=1 + len(p.optimizers), thread_name_prefix="canary") as pool:
+    threads = len(p.optimizers) if p.parallel_optimizers else 0
+    with ThreadPoolExecutor(max_workers=1 + threads, thread_name_prefix="canary") as pool:
         try:
             child = pool.submit(submission_runs)
-            running = {opt: pool.submit(parent_runs, opt) for opt in p.optimizers}
-            parent = {opt: fut.result() for opt, fut in running.items()}
+            if threads:
+                running = {opt: pool.submit(parent_runs, opt) for opt in p.optimizers}
+                parent = {opt: fut.result() for opt, fut in running.items()}
+            else:
+                parent = {opt: parent_runs(opt) for opt in p.optimizers}
             t = time.perf_counter()
             replies = child.result()  # a SandboxError from the child propagates (the engine judges it)
             timings["waited_for_submission_s"] = round(time.perf_counter() - t, 2)
