@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from worker.catalogue import Catalogue, load_catalogue
+from worker.catalogue import Catalogue, load_catalogue, load_problem
 from worker.engine import STAGES, parse_stages, run_audit
 from worker.formats import (
     FormatError,
@@ -46,8 +46,8 @@ def _usage_error(console: Console, message: str) -> typer.Exit:
     return typer.Exit(code=2)
 
 
-def read_submission(path: Path, definition: str | None, catalogue: Catalogue) -> Solution:
-    """A solution.json, a folder holding one, or a single .py file with --definition."""
+def read_submission(path: Path, definition: str | None, catalogue: Catalogue | None) -> Solution:
+    """A solution.json, a folder holding one, or a single .py file with --definition (catalogue None: any definition)."""
     if path.is_dir():
         path = path / "solution.json"
     if path.suffix == ".py":
@@ -58,7 +58,7 @@ def read_submission(path: Path, definition: str | None, catalogue: Catalogue) ->
         solution = load_solution(path)
         if definition and definition != solution.definition:
             raise FormatError(str(path), [f"definition: the file says '{solution.definition}', --definition says '{definition}'"])
-    if solution.definition not in catalogue:
+    if catalogue is not None and solution.definition not in catalogue:
         raise FormatError(str(path), [f"definition: unknown definition '{solution.definition}'; known: {', '.join(sorted(catalogue.problems))}"])
     return solution
 
@@ -88,6 +88,9 @@ def audit(
     token_stats: Annotated[Path | None, typer.Option(
         "--token-stats", help="your token statistics (.npy or .safetensors: a histogram or a sample of ids) for the id probes")] = None,
     token_stats_kind: Annotated[str, typer.Option("--token-stats-kind", help="auto, histogram or sample")] = "auto",
+    problem_dir: Annotated[Path | None, typer.Option(
+        "--problem-dir", help="a SOL-ExecBench definition folder (definition.json, workload.jsonl) to audit against, "
+                              "instead of the catalogue; without audit.json and oracle.py the generic probes apply")] = None,
 ) -> None:
     """Audit a kernel: intake, static, benchmark, probes, canary, verdict."""
     err = Console(stderr=True)
@@ -114,12 +117,21 @@ def audit(
         chosen = parse_stages(stages)
     except ValueError as e:
         raise _usage_error(err, str(e)) from e
-    catalogue = load_catalogue()
     try:
-        solution = read_submission(path, definition, catalogue)
-    except FormatError as e:
+        if problem_dir is not None:
+            own = load_problem(problem_dir)
+            solution = read_submission(path, definition or own.name, None)
+            if solution.definition != own.name:
+                raise FormatError(str(path), [f"definition: the solution names '{solution.definition}', "
+                                              f"--problem-dir holds '{own.name}'"])
+            problem = own
+        else:
+            catalogue = load_catalogue()
+            solution = read_submission(path, definition, catalogue)
+            problem = catalogue.get(solution.definition)
+    except (FormatError, OSError) as e:
         raise _usage_error(err, str(e)) from e
-    problem = catalogue.get(solution.definition).with_token_stats(stats)
+    problem = problem.with_token_stats(stats)
     with err.status(f"auditing {solution.name}") as status:
         report = run_audit(
             problem,

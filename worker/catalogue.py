@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from worker.formats import (
     Definition,
@@ -85,13 +85,20 @@ class Problem:
                 h.update(fname.encode() + b"\0" + p.read_bytes() + b"\0")
         return h.hexdigest()
 
-    def oracle(self) -> Callable[..., tuple[object, ...]]:
-        """oracle.py where the folder has one; otherwise the reference promoted to fp64 (a GenericOracle)."""
+    def oracle(self, reference: Any = None) -> Callable[..., tuple[object, ...]]:
+        """oracle.py where the folder has one; otherwise the reference promoted to fp64 (a GenericOracle).
+
+        `reference` is the audit's own reference object: an uploaded definition's runs isolated
+        (worker.sandboxed_reference), and its source must never be executed here."""
         if not self.has_oracle:
             from worker.generic.promote import GenericOracle
             from worker.reference import Reference
 
-            return GenericOracle(Reference.of(self.definition))
+            if reference is None:
+                if not self.reference_trusted:
+                    raise ValueError(f"{self.name}: an uploaded reference runs only in its sandbox; pass it in")
+                reference = Reference.of(self.definition)
+            return GenericOracle(reference)
         file, func = self.spec.oracle.split("::")
         module = _load_module(self.folder / file, f"kaudit_oracle_{self.name}")
         return getattr(module, func)

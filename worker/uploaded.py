@@ -21,7 +21,7 @@ def problem_from_bundle(bundle: DefinitionBundle, root: Path, *, trusted_referen
     if not (folder / "definition.json").exists():
         tmp = root / f".{bundle.content_hash}.partial"
         tmp.mkdir(parents=True, exist_ok=True)
-        (tmp / "definition.json").write_text(json.dumps(bundle.definition.model_dump(mode="json", exclude_none=True), indent=1))
+        (tmp / "definition.json").write_text(json.dumps(bundle.definition.model_dump(mode="json"), indent=1))
         (tmp / "workload.jsonl").write_text(_jsonl(bundle.workloads))
         (tmp / "workload_cpu.jsonl").write_text(_jsonl(bundle.workloads_cpu or bundle.workloads))
         try:

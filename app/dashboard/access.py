@@ -9,10 +9,9 @@ import re
 from typing import Annotated
 from urllib.parse import urlencode
 
-from markupsafe import escape
-
 from fastapi import Depends, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from markupsafe import escape
 from starlette.concurrency import run_in_threadpool
 
 from app.api.deps import Services, ServicesDep

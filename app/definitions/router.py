@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from fastapi import APIRouter, HTTPException, Response
+from fastapi import APIRouter, Response
 
 from app.api.deps import ServicesDep, UnitOfWorkDep
 from app.auth.dependencies import PrincipalDep
@@ -22,13 +22,7 @@ def upload_definition(bundle: DefinitionBundle, principal: PrincipalDep, service
 
     Solutions can then name it like any catalogue problem. Its reference is the uploader's code: it runs
     isolated, like a kernel, and the audits of its solutions are judged against it."""
-    if not services.settings.accept_uploaded_definitions:
-        raise HTTPException(403, "this deployment audits its curated catalogue only (KAUDIT_ACCEPT_UPLOADED_DEFINITIONS=false)")
-    try:
-        row, created = service.store(uow.session, principal, bundle)
-    except service.NameTaken as err:
-        raise HTTPException(409, str(err)) from err
-    services.problems.invalidate()
+    row, created = service.store_definition(uow, services, principal, bundle)
     if not created:
         response.status_code = 200
     return DefinitionStored(name=row.name, content_hash=row.content_hash, origin=row.origin, created=created,

@@ -5,8 +5,11 @@ from __future__ import annotations
 
 from sqlalchemy.orm import Session
 
+from app.api.deps import Services
 from app.auth.principal import Principal
 from app.core.db import utcnow
+from app.core.errors import ApiError, FieldError
+from app.core.unit_of_work import UnitOfWork
 from app.models import Problem
 from worker.formats.bundle import DefinitionBundle
 
@@ -30,8 +33,21 @@ def store(session: Session, principal: Principal, bundle: DefinitionBundle) -> t
                         "give yours another name (definition.name)")
     row = Problem(name=name, description=bundle.definition.description, content_hash=digest,
                   definition=bundle.definition.model_dump(mode="json"), probes=[], synced_at=utcnow(),
-                  origin=ORIGIN_UPLOADED, bundle=bundle.model_dump(mode="json", exclude_none=True),
+                  origin=ORIGIN_UPLOADED, bundle=bundle.document(),
                   uploaded_by=principal.key_id)
     session.add(row)
     session.flush()
     return row, True
+
+
+def store_definition(uow: UnitOfWork, services: Services, principal: Principal, bundle: DefinitionBundle) -> tuple[Problem, bool]:
+    """The API's way in (POST /v1/definitions, or a definition sent with a submission): the operator's setting, then store."""
+    if not services.settings.accept_uploaded_definitions:
+        raise ApiError(403, "this deployment audits its curated catalogue only (KAUDIT_ACCEPT_UPLOADED_DEFINITIONS=false)",
+                       [FieldError(field="definition", reason="uploaded definitions are not accepted here")])
+    try:
+        row, created = store(uow.session, principal, bundle)
+    except NameTaken as err:
+        raise ApiError(409, str(err), [FieldError(field="definition.name", reason=str(err))]) from err
+    services.problems.invalidate()
+    return row, created

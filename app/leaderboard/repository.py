@@ -16,6 +16,7 @@ from sqlalchemy import Row, func, select
 from sqlalchemy.orm import Session
 
 from app.audits.status import FINISHED, AuditStatus
+from app.leaderboard.schemas import LeaderboardRow
 from app.models import Audit, LeaderboardEntry, Problem, StageResultRow, Submission
 
 STAGES = ("static", "benchmark", "probes", "canary")
@@ -170,5 +171,17 @@ def rerank(session: Session, problem: str) -> list[RankChange]:
                 changes.append(RankChange(problem=problem, submission_id=e.submission_id, submitter=e.submitter,
                                           board=board, old_rank=old_rank, new_rank=new_rank))  # type: ignore[arg-type]
         e.rank, e.sound_rank, e.benchmark_rank, e.audited_rank = new.rank, new.sound_rank, new.benchmark_rank, new.audited_rank
+        e.row_json = _serialised(e, new.rank)
+        e.sound_row_json = _serialised(e, new.sound_rank)
     session.flush()
     return changes
+
+
+def _serialised(e: LeaderboardEntry, rank: int | None) -> str | None:
+    """The row as GET /v1/leaderboard returns it, stored so that a GET joins strings and builds no objects."""
+    if rank is None:
+        return None
+    return LeaderboardRow(rank=rank, submitter=e.submitter, submission_id=e.submission_id, solution_name=e.solution_name,
+                          kernel_ms=e.kernel_ms, reference_ms=e.reference_ms, speedup=e.speedup,
+                          passes_benchmark=e.passes_benchmark, numerically_sound=e.numerically_sound, verdict=e.verdict,
+                          audited_at=e.finished_at).model_dump_json()

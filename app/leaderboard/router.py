@@ -5,7 +5,7 @@ from starlette.concurrency import run_in_threadpool
 
 from app.api.deps import Services, ServicesDep
 from app.leaderboard.schemas import Leaderboard
-from app.leaderboard.service import leaderboard
+from app.leaderboard.service import leaderboard_json
 
 router = APIRouter(prefix="/v1/leaderboard", tags=["leaderboard"])
 
@@ -16,7 +16,7 @@ def _render(services: Services, problem: str, sound_only: bool) -> bytes:
         session.connection(execution_options={"isolation_level": "AUTOCOMMIT"})
         if problem not in services.problems.get(session):
             raise HTTPException(404, f"unknown problem '{problem}'")
-        return leaderboard(session, problem, sound_only).model_dump_json().encode()
+        return leaderboard_json(session, problem, sound_only)
 
 
 @router.get("/{problem}", response_model=Leaderboard, responses={404: {"description": "unknown problem"}})

@@ -195,3 +195,5 @@ class LeaderboardEntry(Base):
     benchmark_rank: Mapped[int | None] = mapped_column(Integer, nullable=True, doc="by speedup, every benchmark-passing kernel")
     audited_rank: Mapped[int | None] = mapped_column(Integer, nullable=True, doc="by speedup, kernels passing every stage")
     finished_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
+    row_json: Mapped[str | None] = mapped_column(Text, nullable=True, doc="this row of GET /v1/leaderboard, serialised (rank)")
+    sound_row_json: Mapped[str | None] = mapped_column(Text, nullable=True, doc="the same with sound_only=true (sound_rank)")

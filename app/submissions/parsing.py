@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 from typing import Annotated, Any
@@ -11,6 +12,7 @@ from starlette.datastructures import UploadFile
 
 from app.core.errors import ApiError, FieldError
 from worker.formats import FormatError, Solution, SolutionSpec, SourceFile
+from worker.formats.bundle import DefinitionBundle
 from worker.formats.json_bounds import loads_bounded, walk_strings
 from worker.formats.loaders import parse_model
 
@@ -21,6 +23,8 @@ _FIELD = re.compile(r"[A-Za-z_][\w.]*")
 class ParsedSubmission:
     solution: Solution
     data: dict[str, Any]
+    # the definition and its workloads, when they came in the same request (`{solution, definition, workloads}`)
+    bundle: DefinitionBundle | None = None
 
 
 class InvalidSubmission(ApiError):
@@ -49,6 +53,27 @@ def _unstorable(text: str) -> bool:
     except UnicodeEncodeError:
         return True
     return False
+
+
+def submission_from_json(body: bytes) -> ParsedSubmission:
+    """A solution.json, or `{"solution": ..., "definition": ..., "workloads": [...]}` (all three documents at once)."""
+    try:
+        data = loads_bounded(body)
+    except ValueError as err:
+        raise InvalidSubmission([FieldError(field="(body)", reason=f"not valid JSON: {err}")]) from err
+    if not (isinstance(data, dict) and "solution" in data and isinstance(data.get("definition"), dict)):
+        solution, sol_data = solution_from_json(body)
+        return ParsedSubmission(solution=solution, data=sol_data)
+    bundle_doc = {k: v for k, v in data.items() if k != "solution"}
+    try:
+        bundle = parse_model(DefinitionBundle, bundle_doc, "definition bundle")
+    except FormatError as err:
+        raise InvalidSubmission(_errors(err)) from err
+    solution, sol_data = solution_from_json(json.dumps(data["solution"]).encode())
+    if solution.definition != bundle.definition.name:
+        raise InvalidSubmission([FieldError(field="solution.definition", reason=(
+            f"names '{solution.definition[:200]}' but the definition sent with it is '{bundle.definition.name}'"))])
+    return ParsedSubmission(solution=solution, data=sol_data, bundle=bundle)
 
 
 def solution_from_json(body: bytes) -> tuple[Solution, dict[str, Any]]:
@@ -100,7 +125,7 @@ async def read_submission(request: Request) -> ParsedSubmission:
     """The request body as a Solution: a solution.json (JSON) or one .py file (multipart, with `definition`)."""
     ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if ctype == "application/json" or ctype.endswith("+json"):
-        solution, data = solution_from_json(await request.body())
+        return submission_from_json(await request.body())
     elif ctype == "multipart/form-data":
         form = await request.form(max_files=1, max_fields=10)
         upload, definition = form.get("file"), form.get("definition")

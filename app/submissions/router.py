@@ -12,6 +12,7 @@ from app.audits.status import AuditStatus
 from app.auth.dependencies import AdminDep, PrincipalDep
 from app.auth.principal import Principal
 from app.core.errors import ApiError, error_response
+from app.definitions.service import store_definition
 from app.models import Problem, Submission
 from app.submissions import repository, service
 from app.submissions.cursor import BadCursor
@@ -97,6 +98,8 @@ def submit(
         device = choose_device(solution, services.settings)
     except NoDeviceForSolution as err:
         return invalid_response([FieldError(field="spec.target_hardware", reason=str(err))])
+    if body.bundle is not None:  # the definition came with the solution: store it (by content) in this transaction
+        store_definition(uow, services, principal, body.bundle)
     known = services.problems.get(uow.session)
     if solution.definition not in known:
         raise ApiError(404, f"unknown definition '{solution.definition[:200]}'; known: {', '.join(sorted(known))}",

@@ -22,7 +22,12 @@ from app.problems.service import reaudit as new_reaudit
 from app.submissions import repository
 from app.submissions.cursor import decode as decode_cursor
 from app.submissions.cursor import encode as encode_cursor
-from app.submissions.schemas import AuditView, SubmissionPage, SubmissionStatus, SubmissionSummary
+from app.submissions.schemas import (
+    AuditView,
+    SubmissionPage,
+    SubmissionStatus,
+    SubmissionSummary,
+)
 from app.submissions.views import attempt_out
 
 

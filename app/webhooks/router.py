@@ -14,7 +14,13 @@ from app.core.errors import ApiError, FieldError
 from app.core.settings import Settings
 from app.models import WebhookEndpoint
 from app.webhooks import endpoints
-from app.webhooks.schemas import AttemptOut, WebhookCreate, WebhookCreated, WebhookOut, WebhookUpdate
+from app.webhooks.schemas import (
+    AttemptOut,
+    WebhookCreate,
+    WebhookCreated,
+    WebhookOut,
+    WebhookUpdate,
+)
 from app.webhooks.ssrf import AddressPolicy, RefusedAddress
 
 router = APIRouter(prefix="/v1/webhooks", tags=["webhooks"])

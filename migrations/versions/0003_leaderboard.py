@@ -43,6 +43,8 @@ def upgrade() -> None:
     sa.Column('benchmark_rank', sa.Integer(), nullable=True),
     sa.Column('audited_rank', sa.Integer(), nullable=True),
     sa.Column('finished_at', sa.DateTime(), nullable=True),
+    sa.Column('row_json', sa.Text(), nullable=True),
+    sa.Column('sound_row_json', sa.Text(), nullable=True),
     sa.ForeignKeyConstraint(['audit_id'], ['audits.id'], name=op.f('fk_leaderboard_entries_audit_id_audits')),
     sa.ForeignKeyConstraint(['problem_name'], ['problems.name'], name=op.f('fk_leaderboard_entries_problem_name_problems')),
     sa.ForeignKeyConstraint(['submission_id'], ['submissions.id'], name=op.f('fk_leaderboard_entries_submission_id_submissions')),

@@ -71,3 +71,21 @@ def test_bad_input_exits_2_with_the_field(tmp_path: Path) -> None:
     assert r.returncode == 2 and "file not found" in r.stdout + r.stderr
     r = _run("audit", str(KERNELS / "embedding_backward/solutions/pytorch_fp32"), "--stages", "speed")
     assert r.returncode == 2 and "unknown stage" in r.stdout + r.stderr
+
+
+def test_problem_dir_audits_a_definition_outside_the_catalogue(tmp_path: Path) -> None:
+    """A SOL-ExecBench folder of one's own (no audit.json, no oracle.py): audited by the generic path, exit codes as usual."""
+    own = tmp_path / "my_softmax"
+    own.mkdir()
+    definition = json.loads((KERNELS / "softmax/definition.json").read_text())
+    definition["name"] = "my_softmax"
+    (own / "definition.json").write_text(json.dumps(definition))
+    (own / "workload.jsonl").write_text((KERNELS / "softmax/workload_cpu.jsonl").read_text())
+    solution = json.loads((KERNELS / "softmax/solutions/pytorch_fp32/solution.json").read_text())
+    solution["definition"] = "my_softmax"
+    (tmp_path / "solution.json").write_text(json.dumps(solution))
+    r = _run("audit", str(tmp_path / "solution.json"), "--problem-dir", str(own), "--stages", "benchmark", "--json")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert json.loads(r.stdout)["definition"] == "my_softmax"
+    wrong = _run("audit", str(KERNELS / "softmax/solutions/pytorch_fp32"), "--problem-dir", str(own))
+    assert wrong.returncode == 2 and "my_softmax" in wrong.stderr and "Traceback" not in wrong.stderr

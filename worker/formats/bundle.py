@@ -51,8 +51,12 @@ class DefinitionBundle(BaseModel):
             raise ValueError("; ".join(problems))
         return self
 
+    def document(self) -> dict[str, object]:
+        """The bundle as JSON (a scalar's `shape: null` kept; `workloads_cpu` only when given)."""
+        return self.model_dump(mode="json", exclude={"workloads_cpu"} if self.workloads_cpu is None else set())
+
     @property
     def content_hash(self) -> str:
         """Keyed by content: the same documents give the same hash wherever they come from."""
-        doc = self.model_dump(mode="json", exclude_none=True)
+        doc = self.document()
         return hashlib.sha256(json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()).hexdigest()

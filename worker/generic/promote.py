@@ -120,6 +120,9 @@ class GenericOracle:
                 reasons.append(f"{precision} promotion returned non-tensor outputs at {bad}")
                 continue
             note = f"the definition's reference with inputs and float constants promoted to {precision}"
+            if not getattr(self.reference, "trusted", True):
+                note = (f"the uploaded reference, isolated in its own sandbox, fed inputs promoted to {precision} "
+                        "(casts inside it are not promoted)")
             if lowered:
                 note += f"; partial: {sum(lowered.values())} op(s) still computed below {precision} and were upcast after"
             return outs, OracleRun(

@@ -175,7 +175,7 @@ def _run(ctx: AuditContext, p: CanaryProfile, binding: OpBinding) -> StageResult
     ctx.progress("canary: gradient fidelity")
     t = time.perf_counter()
     fid: list[judge.BucketFidelity] = []
-    oracle = ctx.problem.oracle()
+    oracle = ctx.problem.oracle(ctx.reference)
     budgets = ctx.problem.spec.budgets
     state_at = {0: init, **ref_sgd_states}
     input_names = [s.name for s in binding.inputs]

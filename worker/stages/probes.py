@@ -280,7 +280,7 @@ def run(ctx: AuditContext) -> StageResult:
     spec, plan = _spec(ctx)
     if not spec.probes:
         return StageResult(name=NAME, status=StageStatus.skipped, summary=f"{problem.name}: audit.json lists no probes")
-    oracle = problem.oracle()
+    oracle = problem.oracle(ctx.reference)
     sources = ProbeSources(reference=ctx.reference, workloads=problem.workloads(ctx.profile), token_stats=problem.token_stats)
     notes: list[str] = []
     outcomes: list[ProbeOutcome] = []
