@@ -16,7 +16,6 @@ from app.auth.ratelimit import RateLimiter
 from app.auth.readers import require_reader
 from app.auth.router import router as auth_router
 from app.core.bodylimit import BodyLimitMiddleware
-from app.core.cache import ResponseCache
 from app.core.db import make_engine, make_sessionmaker
 from app.core.errors import ErrorBody, install_error_handlers
 from app.core.settings import Settings
@@ -49,7 +48,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         limiter=RateLimiter(settings.limits_storage, settings.rate_limit),
         problems=ProblemIndex(),
         key_cache=KeyCache(ttl_s=settings.key_cache_s),
-        leaderboards=ResponseCache(ttl_s=settings.leaderboard_cache_s),
     )
     app.add_middleware(BodyLimitMiddleware, limit=settings.body_limit_bytes)
     for r in (submissions_router, definitions_router, auth_router, webhooks_router, dashboard_router):

@@ -149,7 +149,6 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=3)
     ap.add_argument("--repeat", type=int, default=3, help="runs per endpoint; the median run is the result")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "load_api.txt")
-    ap.add_argument("--leaderboard-cache-s", type=float, default=0.0, help="KAUDIT_LEADERBOARD_CACHE_S; the target is without it")
     args = ap.parse_args()
 
     import psycopg
@@ -162,8 +161,7 @@ def main() -> None:
     with psycopg.connect(PG_ADMIN, autocommit=True) as c:
         c.execute(f'CREATE DATABASE "{db}"')
     url = PG_ADMIN.rsplit("/", 1)[0] + "/" + db
-    settings = Settings(database_url=url, redis_url=REDIS, queue_prefix=f"load{uuid.uuid4().hex[:6]}_", db_pool_size=10,
-                        leaderboard_cache_s=args.leaderboard_cache_s)
+    settings = Settings(database_url=url, redis_url=REDIS, queue_prefix=f"load{uuid.uuid4().hex[:6]}_", db_pool_size=10)
     api = None
     try:
         key, _admin = seed(settings)
@@ -215,9 +213,8 @@ def main() -> None:
         f"python {platform.python_version()}; uvicorn --workers {args.workers} (uvloop, httptools); Postgres {PG_ADMIN.split('@')[-1]};"
         f" Redis (broker and rate limits) {REDIS}",
         f"load: {args.concurrency} keep-alive connections from a separate process, {args.repeat} runs of {args.seconds:.0f} s per endpoint",
-        f"leaderboard: {len(lb['rows'])} rows ranked from {40 * 3} seeded finished audits; read from the leaderboard_entries"
-        f" table, per-process response cache {settings.leaderboard_cache_s:g} s (KAUDIT_LEADERBOARD_CACHE_S; 0: every request"
-        " reads the table)",
+        f"leaderboard: {len(lb['rows'])} rows ranked from {40 * 3} seeded finished audits; every request reads the"
+        " leaderboard_entries table (no response cache)",
         "",
     ]
     for name, rs in runs.items():

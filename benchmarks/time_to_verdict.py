@@ -105,6 +105,16 @@ class FreeMemoryWatch:
             self._thread.join()
 
 
+def machine(device: str) -> str:
+    """The card, or the CPU's model name (from /proc/cpuinfo where there is one) and core count."""
+    if device.startswith("cuda"):
+        return device_name(device)
+    cpuinfo = Path("/proc/cpuinfo")
+    names = [ln.split(":", 1)[1].strip() for ln in cpuinfo.read_text().splitlines()
+             if ln.startswith("model name")] if cpuinfo.exists() else []
+    return f"{names[0]} ({os.cpu_count()} cores)" if names else device_name(device)
+
+
 def select(only: str, device: str) -> list[tuple[str, str]]:
     patterns = [s.strip() for s in only.split(",") if s.strip()]
     todo = []
@@ -203,7 +213,7 @@ def main() -> int:
     ns = [int(x) for x in args.n.split(",") if x.strip()]
     out = Path(args.out)
     meta: dict[str, Any] = {
-        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "device": device_name(args.device),
+        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "device": machine(args.device),
         "device_kind": "cuda" if args.device.startswith("cuda") else "cpu", "torch": torch.__version__,
         "stages": list(stages), "examples": [f"{p}/{s}" for p, s in todo], "load_before": [round(x, 2) for x in os.getloadavg()],
     }

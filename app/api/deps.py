@@ -15,7 +15,6 @@ from sqlalchemy.orm import Session, sessionmaker
 from app.audits.queue import AuditQueue
 from app.auth.keycache import KeyCache
 from app.auth.ratelimit import RateLimiter
-from app.core.cache import ResponseCache
 from app.core.settings import Settings
 from app.core.unit_of_work import UnitOfWork
 from app.problems.index import ProblemIndex
@@ -31,7 +30,6 @@ class Services:
     limiter: RateLimiter
     problems: ProblemIndex
     key_cache: KeyCache
-    leaderboards: ResponseCache
 
 
 def get_services(request: Request) -> Services:

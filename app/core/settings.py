@@ -54,10 +54,10 @@ class Settings(BaseSettings):
     rate_limit: str = "120/minute"
     rate_limit_storage_url: str | None = Field(default=None, description="memory:// or redis://; default: REDIS_URL, else memory")
     key_cache_s: float = Field(default=10.0, description="a revoked API key stops working within this many seconds")
-    leaderboard_cache_s: float = Field(default=2.0, description="leaderboards are served from a per-process cache this fresh")
     public_read: bool = Field(default=True, description="true: /v1/problems, /v1/problems/{name} and /v1/leaderboard/{problem} "
                               "answer without an API key; false: they need one (401 without)")
-    dashboard_public: bool = Field(default=True, description="false: the dashboard at / needs an API key (cookie, or ?key= once)")
+    dashboard_public: bool = Field(default=True, description="false: the dashboard at / needs an API key (the locked page's form"
+                                   " or ?key= once, then an HttpOnly cookie)")
 
     # webhooks (app/webhooks): an outbox delivered by a Celery task on the '<prefix>webhooks' queue
     webhook_timeout_s: float = Field(default=5.0, gt=0, description="one delivery attempt's connect + read budget")

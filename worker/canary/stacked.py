@@ -4,9 +4,10 @@ Every member starts from the same weights and sees the same batches; only the ke
 differs (the reference, its reruns, the reference moved by one ulp). The trusted parts of the model
 run once for all members (batched matmuls, one attention call over K x batch), the op at the site is
 called once per member, and each member keeps its own arithmetic: its own loss, its own gradient
-clipping, elementwise optimiser updates. On the CPU a member's losses equal worker.canary.train.train's
-for the same kernel (tests/worker/test_canary_stacked.py); on a GPU, batched and single matmuls may
-round differently, which is noise of the kind the null runs measure.
+clipping, elementwise optimiser updates. On the CPU a member's losses and weights equal those of
+worker.canary.train.train for the same kernel (bit for bit at all four sites when measured with torch 2.13;
+tests/worker/test_canary_stacked.py allows 1e-6); on a GPU, batched and single matmuls may round
+differently, which is noise of the kind the null runs measure.
 """
 
 from __future__ import annotations
