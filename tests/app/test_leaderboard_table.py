@@ -291,7 +291,8 @@ def test_audits_finishing_at_once_rank_from_each_others_rows(service_settings: S
 
         t = threading.Thread(target=second)
         t.start()
-        with engine.connect() as probe:
+        # autocommit: pg_stat_activity is read once per transaction, so each look must be its own transaction
+        with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as probe:
             wait_for(lambda: probe.execute(select(func.count()).select_from(text("pg_stat_activity")).where(
                 text("wait_event_type = 'Lock' and datname = current_database()"))).scalar_one() == 1, 30,
                 "the second finish did not wait for the problem's lock")
