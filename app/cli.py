@@ -75,6 +75,10 @@ def render(report: AuditReport, console: Console) -> None:
     console.print(table)
     colour = {"pass": "green", "fail": "red", "error": "magenta"}[report.verdict.value]
     console.print(f"[bold {colour}]verdict: {report.verdict.value}[/bold {colour}]  {report.summary}")
+    if report.isolation == "none":
+        console.print("[yellow]isolation: none[/yellow] (bubblewrap unavailable: the kernel ran as you, network open)")
+    elif report.isolation:
+        console.print(f"isolation: {report.isolation}")
 
 
 @app.command()

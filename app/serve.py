@@ -25,9 +25,14 @@ from app.problems.service import sync_and_enqueue
 
 def embedded_settings(data_dir: Path, *, device: str = "cpu", stages: str | None = None, base: Settings | None = None) -> Settings:
     data_dir = data_dir.resolve()
+    from worker.sandbox.isolation import namespaces_available
+
     update = dict(database_url=f"sqlite:///{data_dir / 'kaudit.db'}", redis_url=None, broker_url="filesystem://",
                   broker_dir=data_dir / "broker", rate_limit_storage_url="memory://", device=device,
                   uploads_dir=data_dir / "uploads")
+    if not namespaces_available():
+        # one machine, the user's own kernels: run, but unisolated and saying so (a production worker refuses instead)
+        update["isolation"] = "none"
     if stages:
         update["audit_stages"] = stages
     return (base or Settings()).model_copy(update=update)
@@ -118,6 +123,9 @@ def serve(data_dir: Path, host: str, port: int, *, device: str = "cpu", stages: 
     print(f"kernel-audit is running at {url}  (API docs: {url}/docs)", flush=True)
     print(f"  problems: {', '.join(problems)}", flush=True)
     print(f"  data: {data_dir.resolve()} (SQLite, filesystem broker); worker log: {data_dir / 'worker.log'}", flush=True)
+    if settings.isolation == "none":
+        print("  WARNING: bubblewrap is not available here, so submissions run UNISOLATED (as you, network open): "
+              "audit only your own kernels (install the 'bubblewrap' package to isolate them)", flush=True)
     if key:
         print(f"  admin API key (shown once, only its hash is stored): {key}", flush=True)
     else:

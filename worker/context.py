@@ -11,7 +11,7 @@ from worker.budget import AuditBudget, Deadline, budget_for
 from worker.catalogue import Problem, Profile
 from worker.formats import Solution
 from worker.reference import Reference
-from worker.sandbox import Sandbox
+from worker.sandbox import Isolation, Sandbox
 from worker.sandboxed_reference import SandboxedReference
 from worker.stages.result import StageResult
 from worker.watched_sandbox import WatchedSandbox
@@ -34,6 +34,8 @@ class AuditContext:
     # exceptions that stop the whole audit (a Celery time limit) rather than fail one stage
     interrupts: tuple[type[BaseException], ...] = ()
     budget: AuditBudget | None = None
+    # "namespaces" (bubblewrap) or "none"; None: namespaces where this host allows them (worker.sandbox.default_isolation)
+    isolation: Isolation | None = None
     _sandbox: Sandbox | None = None
     _watched: WatchedSandbox | None = None
     _stage: str = ""
@@ -58,14 +60,15 @@ class AuditContext:
         if self.problem.reference_trusted:
             return Reference.of(self.problem.definition)
         return SandboxedReference(self.problem.definition, self.device, timeout_s=self.deadline.budget.call_timeout_s,
-                                  interrupts=self.interrupts)
+                                  interrupts=self.interrupts, isolation=self.isolation)
 
     def sandbox(self) -> WatchedSandbox:
         """The submission's child process, started (or restarted after a crash) with the solution loaded;
         every request is bounded by the audit's remaining budget."""
         if self._sandbox is None:
-            self._sandbox = Sandbox(self.device, interrupts=self.interrupts,
+            self._sandbox = Sandbox(self.device, interrupts=self.interrupts, isolation=self.isolation,
                                     default_timeout_s=self.deadline.budget.call_timeout_s)
+            self.isolation = self._sandbox.isolation
         if self._watched is None:
             self._watched = WatchedSandbox(self._sandbox, self.deadline)
             self._watched.begin_stage(self._stage)

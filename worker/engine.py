@@ -12,7 +12,7 @@ from worker.budget import AuditBudget, KernelFault
 from worker.catalogue import Problem
 from worker.context import AuditContext, Progress
 from worker.formats import Solution
-from worker.sandbox import SandboxError
+from worker.sandbox import Isolation, SandboxError
 from worker.stages import benchmark, canary, intake, probes, static
 from worker.stages import verdict as verdict_stage
 from worker.stages.result import AuditOutcome, AuditReport, StageResult, StageStatus
@@ -114,6 +114,7 @@ def run_audit(
     on_stage: OnStage | None = None,
     resume: Sequence[StageResult] = (),
     budget: AuditBudget | None = None,
+    isolation: Isolation | None = None,
     interrupts: tuple[type[BaseException], ...] = (),
 ) -> AuditReport:
     """Run the chosen stages and judge them.
@@ -125,7 +126,7 @@ def run_audit(
     """
     chosen = parse_stages(stages)
     ctx = AuditContext(problem=problem, solution=solution, device=device, progress=progress or (lambda _: None),
-                       interrupts=tuple(interrupts), budget=budget)
+                       interrupts=tuple(interrupts), budget=budget, isolation=isolation)
     if seed is not None:
         ctx.seed = seed
     done = {r.name: r for r in resume if r.name in STAGES}
@@ -159,6 +160,8 @@ def run_audit(
         outcome = AuditOutcome.timed_out
         final.summary = f"timed_out: {fault.message} (in {fault.stage}); {final.summary}"
         final.metrics["kernel_fault"] = fault.model_dump()
+    # which isolation the submission ran under ("none" is said in every report and on the dashboard)
+    final.metrics["isolation"] = ctx.isolation or "not started"
     if on_stage:
         on_stage(final)
     return AuditReport(
@@ -168,6 +171,7 @@ def run_audit(
         profile=ctx.profile,
         verdict=AuditReport.verdict_of(results),
         outcome=outcome,
+        isolation=ctx.isolation,
         summary=final.summary,
         stages=[*results, final],
     )

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from worker.formats import Definition, Solution, SolutionSpec, SourceFile
-from worker.sandbox import Sandbox
+from worker.sandbox import Isolation, Sandbox
 
 REFERENCE_FILE = "reference.py"
 
@@ -36,10 +36,10 @@ class SandboxedReference:
     trusted = False
 
     def __init__(self, definition: Definition, device: str = "cpu", *, timeout_s: float = 120.0,
-                 interrupts: tuple[type[BaseException], ...] = ()) -> None:
+                 interrupts: tuple[type[BaseException], ...] = (), isolation: Isolation | None = None) -> None:
         self.definition = definition
         self._solution = reference_as_solution(definition)
-        self._sandbox = Sandbox(device, default_timeout_s=timeout_s, interrupts=interrupts)
+        self._sandbox = Sandbox(device, default_timeout_s=timeout_s, interrupts=interrupts, isolation=isolation)
 
     def run(self, args: list[Any]) -> list[torch.Tensor]:
         self._sandbox.ensure(self._solution)

@@ -93,7 +93,7 @@ def _run_claimed(res: WorkerResources, audit_id: str, device: str, stages: str |
 
     report = run_audit(problem, Solution.model_validate(source), device=device, stages=stages or settings.audit_stages,
                        seed=seed, on_stage=store, resume=resume, budget=settings.audit_budget(device),
-                       interrupts=(SoftTimeLimitExceeded,))
+                       isolation=settings.isolation, interrupts=(SoftTimeLimitExceeded,))
     return finish(AuditStatus(report.outcome.value), report.verdict.value, report.summary)
 
 
@@ -110,8 +110,37 @@ def _uploaded_problem(res: WorkerResources, name: str):  # type: ignore[no-untyp
     return problem_from_bundle(bundle, res.settings.uploads_dir)
 
 
+def refuse_unless_isolated(settings: Settings) -> None:
+    """At worker start: prove that a submission's sandbox is isolated, or refuse to start (exit 78, EX_CONFIG)."""
+    if settings.isolation == "none":
+        log.warning("KAUDIT_ISOLATION=none: submissions run UNISOLATED on this worker (every report says so)")
+        return
+    import json
+    import subprocess
+    import sys
+
+    # in a process of its own: the Celery parent must not load torch (it forks the pool)
+    probe = subprocess.run([sys.executable, "-c", "from worker.sandbox.isolation_check import check_isolation; "
+                            "print(check_isolation().model_dump_json())"], capture_output=True, text=True, timeout=300)
+    try:
+        report = json.loads(probe.stdout.strip().splitlines()[-1])
+        problems = [str(p) for p in report["problems"]]
+    except (ValueError, IndexError, KeyError, TypeError):
+        report, problems = {}, [f"the check did not run: {probe.stderr[-500:]}"]
+    if problems:
+        log.critical("refusing to start: submissions would not be isolated on this host: %s. Install bubblewrap and "
+                     "allow user namespaces, or opt out explicitly with KAUDIT_ISOLATION=none.", "; ".join(problems))
+        logging.shutdown()
+        os._exit(78)
+    log.info("isolation checked: submissions run as uid %s in their own namespaces", report.get("uid"))
+
+
 def register(app: Celery, settings: Settings) -> None:
     local = ProcessLocal(settings)
+
+    @signals.worker_init.connect(weak=False)
+    def _check_isolation(**_kw) -> None:  # type: ignore[no-untyped-def]
+        refuse_unless_isolated(settings)
 
     @signals.worker_process_init.connect(weak=False)
     def _preload(**_kw) -> None:  # type: ignore[no-untyped-def]

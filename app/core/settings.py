@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import AliasChoices, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -31,6 +32,10 @@ class Settings(BaseSettings):
     queue_prefix: str = ""
     audit_stages: str | None = Field(default=None, description="comma-separated stages to run (default: all)")
     catalogue_root: Path | None = None
+    isolation: Literal["namespaces", "none"] = Field(
+        default="namespaces",
+        description="namespaces: every submission runs under bubblewrap, and a worker that cannot isolate refuses to "
+                    "start; none: the operator's explicit opt-out (reports and the dashboard say so)")
     uploads_dir: Path = Field(default=Path(".kaudit/uploads"), description="where workers write uploaded definitions")
     accept_uploaded_definitions: bool = Field(
         default=True, description="false pins the curated catalogue: POST /v1/definitions answers 403")

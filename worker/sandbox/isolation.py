@@ -30,6 +30,7 @@ import resource
 import secrets
 import select
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 from typing import Literal
@@ -233,3 +234,17 @@ def processes_in_pid_namespace(ns_inode: int) -> list[int]:
         if state not in ("Z", "X"):
             found.append(int(d))
     return found
+
+
+def namespaces_available() -> bool:
+    """bubblewrap is installed and can build the sandbox's namespaces here (a trivial run, a few ms)."""
+    bwrap = bwrap_binary()
+    if bwrap is None:
+        return False
+    argv = [bwrap, "--unshare-pid", "--unshare-net", "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev"]
+    if not as_root():
+        argv[1:1] = ["--unshare-user"]
+    try:
+        return subprocess.run([*argv, "true"], capture_output=True, timeout=30).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False

@@ -18,7 +18,7 @@ from typing import Any
 
 from worker.formats import Solution
 from worker.sandbox import framing, isolation, spill
-from worker.sandbox.isolation import Isolation, IsolationPolicy
+from worker.sandbox.isolation import Isolation, IsolationPolicy, namespaces_available
 
 # The only variables a submission's process sees. Database and broker URLs,
 # API keys and webhook secrets never reach it.
@@ -80,20 +80,6 @@ def _child_setup(policy: IsolationPolicy | None) -> Callable[[], None]:
         isolation.limit_resources(policy)
 
     return setup
-
-
-def namespaces_available() -> bool:
-    """bubblewrap is installed and can build the sandbox's namespaces here (a trivial run, a few ms)."""
-    bwrap = isolation.bwrap_binary()
-    if bwrap is None:
-        return False
-    argv = [bwrap, "--unshare-pid", "--unshare-net", "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev"]
-    if not isolation.as_root():
-        argv[1:1] = ["--unshare-user"]
-    try:
-        return subprocess.run([*argv, "true"], capture_output=True, timeout=30).returncode == 0
-    except (OSError, subprocess.TimeoutExpired):
-        return False
 
 
 def default_isolation() -> Isolation:

@@ -58,6 +58,7 @@ class AuditReport(BaseModel):
     profile: str
     verdict: Verdict
     outcome: AuditOutcome
+    isolation: str | None = Field(None, description="how the submission was isolated: namespaces, or none (unisolated)")
     summary: str
     stages: list[StageResult]
 
