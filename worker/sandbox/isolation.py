@@ -109,6 +109,9 @@ def _ro_roots(device: str) -> list[Path]:
             paths.append(Path(entry))
     if device.startswith("cuda"):
         paths.append(Path("/sys"))
+        cuda_lib = libcuda_dir()
+        if cuda_lib is not None:
+            paths.append(cuda_lib.resolve())
     return _outermost([p for p in paths if p.exists() and p != Path("/")])
 
 
@@ -119,6 +122,18 @@ def _outermost(paths: list[Path]) -> list[Path]:
         if not any(p == q or q in p.parents for q in out):
             out.append(p)
     return out
+
+
+def libcuda_dir() -> Path | None:
+    """Where the driver's libcuda.so.1 is, found by the trusted parent: Triton looks for it with `ldconfig -p`,
+    which cannot run inside the sandbox, so the child is told (TRITON_LIBCUDA_PATH) and the folder is bound."""
+    try:
+        listing = subprocess.run(["/sbin/ldconfig", "-p"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        listing = ""
+    found = [line.split()[-1] for line in listing.splitlines() if "libcuda.so.1" in line]
+    dirs = [Path(f).parent for f in found] + [Path(d) for d in os.environ.get("LD_LIBRARY_PATH", "").split(":") if d]
+    return next((d for d in dirs if (d / "libcuda.so.1").exists()), None)
 
 
 def _gpu_devices() -> list[str]:

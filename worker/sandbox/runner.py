@@ -58,6 +58,8 @@ def scrubbed_env(home: Path, device: str = "cpu") -> dict[str, str]:
     if not device.startswith("cuda"):
         # Triton kernels run on the CPU only under its interpreter
         env["TRITON_INTERPRET"] = "1"
+    elif (cuda_lib := isolation.libcuda_dir()) is not None:
+        env["TRITON_LIBCUDA_PATH"] = str(cuda_lib)  # Triton's own lookup runs ldconfig, which the sandbox cannot
     env.update(
         HOME=str(home),
         TMPDIR=str(home),
