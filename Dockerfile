@@ -11,7 +11,7 @@ WORKDIR /srv/kaudit
 
 # bubblewrap isolates each submission (worker.sandbox.isolation); setpriv (util-linux) is already in the base image
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends bubblewrap \
+    && apt-get install -y --no-install-recommends bubblewrap=0.8.0-2+deb12u1 \
     && rm -rf /var/lib/apt/lists/*
 
 # dependencies first, so code changes do not reinstall torch

@@ -126,7 +126,7 @@ def refuse_unless_isolated(settings: Settings) -> None:
         report = json.loads(probe.stdout.strip().splitlines()[-1])
         problems = [str(p) for p in report["problems"]]
     except (ValueError, IndexError, KeyError, TypeError):
-        report, problems = {}, [f"the check did not run: {probe.stderr[-500:]}"]
+        report, problems = {}, [f"the check did not run (exit {probe.returncode}): {probe.stderr[-500:]} {probe.stdout[-300:]}"]
     if problems:
         log.critical("refusing to start: submissions would not be isolated on this host: %s. Install bubblewrap and "
                      "allow user namespaces, or opt out explicitly with KAUDIT_ISOLATION=none.", "; ".join(problems))

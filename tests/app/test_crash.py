@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import httpx
@@ -165,10 +166,30 @@ def test_resumed_audit_keeps_stages_stored_before_the_crash(service_settings: Se
     local.get().engine.dispose()
 
 
+def _pool_processes(worker_pid: int) -> list[int]:
+    """The Celery prefork pool's processes: the worker's direct children forked from it (same command line)."""
+    out = []
+    argv = Path(f"/proc/{worker_pid}/cmdline").read_bytes()
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                if (int((d / "stat").read_text().rsplit(")", 1)[1].split()[1]) == worker_pid
+                        and (d / "cmdline").read_bytes() == argv):
+                    out.append(int(d.name))
+            except (OSError, ValueError, IndexError):
+                continue
+    return out
+
+
 def test_celery_soft_time_limit_ends_the_audit_timed_out_and_kills_the_sandbox(service_settings: Settings, tmp_path: Path) -> None:
     """A real Celery worker: the soft limit interrupts the audit while the submission's import sleeps in its sandbox;
-    the audit ends timed_out (not re-run, not error) and the sandbox child is gone."""
-    settings = Settings.model_validate({**service_settings.model_dump(), "soft_time_limit_s": 4, "hard_time_limit_s": 30})
+    the audit ends timed_out (not re-run, not error) and the sandbox child is gone.
+
+    The soft limit is delivered the way billiard's pool delivers it (SIGUSR1 to the pool process), once the sandbox
+    is seen running: the test waits on that event rather than racing a short limit against a busy machine."""
+    import signal
+
+    settings = Settings.model_validate({**service_settings.model_dump(), "soft_time_limit_s": 600, "hard_time_limit_s": 900})
     keys = bootstrap(settings)
     h = {"Authorization": f"Bearer {keys['alice']}"}
     api, url = start_api(settings, tmp_path / "api.log")
@@ -176,13 +197,17 @@ def test_celery_soft_time_limit_ends_the_audit_timed_out_and_kills_the_sandbox(s
     sandboxes.mkdir()
     worker = start_worker(settings, tmp_path / "w.log", "soft", TMPDIR=str(sandboxes))
     try:
-        sid = httpx.post(f"{url}/v1/submissions", json=slow_import_solution(60), headers=h, timeout=10).json()["id"]
-        wait_for(lambda: sandbox_started(worker.p.pid), 90, "the audit never started", worker)
+        # ready: its start-up isolation check (which runs a sandbox of its own) is over
+        wait_for(lambda: "ready." in worker.tail(), 300, "the worker never became ready", worker)
+        sid = httpx.post(f"{url}/v1/submissions", json=slow_import_solution(600), headers=h, timeout=10).json()["id"]
+        wait_for(lambda: sandbox_started(worker.p.pid), 300, "the audit never started", worker)
         assert sandbox_children_under(sandboxes), "the submission should be sleeping in its sandbox"
-        final = wait_for(lambda: (s := _status(url, keys["alice"], sid))["status"] not in ("queued", "running") and s, 60,
+        for pid in _pool_processes(worker.p.pid):
+            os.kill(pid, signal.SIGUSR1)  # billiard's soft time limit signal
+        final = wait_for(lambda: (s := _status(url, keys["alice"], sid))["status"] not in ("queued", "running") and s, 120,
                          "the audit never ended", worker)
-        assert final["status"] == "timed_out" and "ran past its 4 s limit" in final["summary"], final
-        wait_for(lambda: sandbox_children_under(sandboxes) == [], 10, "the sandbox child outlived the timed-out audit", worker)
+        assert final["status"] == "timed_out" and "ran past its 600 s limit" in final["summary"], final
+        wait_for(lambda: sandbox_children_under(sandboxes) == [], 30, "the sandbox child outlived the timed-out audit", worker)
         with _db(settings)() as s:
             assert s.scalar(select(Audit.claims).where(Audit.submission_id == sid)) == 1  # ended, not re-queued
     finally:

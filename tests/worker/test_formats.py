@@ -37,9 +37,10 @@ def _write(tmp_path: Path, name: str, data: object) -> Path:
     return p
 
 
-def test_catalogue_has_the_five_problems_with_exact_signatures() -> None:
+def test_catalogue_has_the_curated_problems_with_exact_signatures() -> None:
     cat = load_catalogue()
-    assert set(cat.problems) == CATALOGUE_NAMES
+    assert CATALOGUE_NAMES <= set(cat.problems)
+    assert set(cat.problems) == {d.parent.name for d in (cat.get("embedding_backward").folder.parent).glob("*/definition.json")}
     emb = cat.get("embedding_backward").definition
     assert list(emb.inputs) == ["indices", "grad_output", "num_embeddings", "padding_idx"]
     assert emb.inputs["num_embeddings"].shape is None and emb.outputs["grad_weight"].dtype == "bfloat16"
@@ -51,7 +52,8 @@ def test_catalogue_has_the_five_problems_with_exact_signatures() -> None:
     assert list(cat.get("rmsnorm_backward").definition.outputs) == ["grad_input", "grad_weight"]
     for p in cat:
         assert p.workloads_cpu and p.workloads_gpu, p.name
-        assert (p.folder / "audit.json").exists() and (p.folder / "oracle.py").exists()
+        if p.name in CATALOGUE_NAMES:  # curated; the others are audited by the generic path
+            assert (p.folder / "audit.json").exists() and (p.folder / "oracle.py").exists()
 
 
 def test_axes_resolve_const_var_and_expr(tmp_path: Path) -> None:
