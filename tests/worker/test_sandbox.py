@@ -191,3 +191,27 @@ def test_an_interrupt_mid_request_propagates_and_kills_the_child() -> None:
         signal.alarm(0)
         signal.signal(signal.SIGALRM, old)
     assert not sb.alive and _zombie(pid)
+
+
+def test_an_output_flood_is_drained_and_capped_and_the_kernel_still_runs() -> None:
+    """A kernel that prints 100 MB: the parent drains and caps it (no 'File too large', no blocked child) and says so."""
+    body = (
+        "import sys, torch\n"
+        "def run(x):\n"
+        "    line = 'x' * 1023 + '\\n'\n"
+        "    for _ in range(100 * 1024):\n"
+        "        sys.stdout.write(line)\n"
+        "    sys.stdout.write('THE-LAST-LINE\\n')\n"
+        "    sys.stdout.flush()\n"
+        "    return x + 1\n"
+    )
+    with Sandbox("cpu") as sb:
+        sb.load(_solution(body, dps=False))
+        out = sb.request("call", {"args": [torch.zeros(3)], "outputs": [], "poison": None})["outputs"][0]
+        assert out.tolist() == [1.0, 1.0, 1.0]
+        deadline = time.monotonic() + 60  # the parent's drain thread reads the pipe on its own: wait for the last line
+        while "THE-LAST-LINE" not in sb.log_tail() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        log = sb.log_tail()
+        assert len(log) <= 4000 and "THE-LAST-LINE" in log
+        assert "bytes of the submission's output dropped" in log

@@ -18,6 +18,7 @@ from typing import Any
 
 from worker.formats import Solution
 from worker.sandbox import framing, isolation, spill
+from worker.sandbox.output import OutputCapture
 from worker.sandbox.isolation import Isolation, IsolationPolicy, namespaces_available
 
 # The only variables a submission's process sees. Database and broker URLs,
@@ -142,7 +143,6 @@ class Sandbox:
         host = Path(self._tmp.name)
         c_read, p_write = os.pipe()
         p_read, c_write = os.pipe()
-        self._stderr_path = host / "child.log"
         self._spill_dir = host / spill.FOLDER
         self._spill_dir.mkdir(mode=0o700)
         self._spill_fd = spill.open_folder(self._spill_dir)  # opened before the child exists: it cannot swap it
@@ -167,7 +167,8 @@ class Sandbox:
         else:
             home = host
             extra_env = {}
-        stderr = open(self._stderr_path, "wb")  # noqa: SIM115 - closed after Popen
+        self._output = OutputCapture()
+        stderr = self._output.write_fd
         try:
             self._proc = subprocess.Popen(
                 command,
@@ -181,7 +182,7 @@ class Sandbox:
                 preexec_fn=_child_setup(self.policy if self._isolation == "namespaces" else None),
             )
         finally:
-            stderr.close()
+            self._output.child_started()
             for fd in fds:
                 os.close(fd)
         self._to_child, self._from_child = p_write, p_read
@@ -249,10 +250,9 @@ class Sandbox:
         return self._proc is not None and self._proc.poll() is None
 
     def log_tail(self, n: int = 4000) -> str:
-        try:
-            return self._stderr_path.read_bytes()[-n:].decode(errors="replace")
-        except (OSError, AttributeError):
-            return ""
+        """The end of the child's output (capped; see worker.sandbox.output)."""
+        output = getattr(self, "_output", None)
+        return output.text(n) if output is not None else ""
 
     # protocol ------------------------------------------------------------
     def request(self, op: str, payload: dict[str, Any], *, timeout_s: float | None = None) -> dict[str, Any]:
