@@ -162,6 +162,12 @@ def bwrap_argv(bwrap: str, uid: int, policy: IsolationPolicy, spill_host: Path, 
             argv += ["--symlink", os.readlink(host), str(host)]
         elif host.is_dir():
             argv += ["--ro-bind", str(host), str(host)]
+    # the private /tmp first: read-only roots that live under /tmp (a checkout or a venv there) are bound on top
+    # of it below, rather than hidden by it. As root the tmpfs is root's: the child's uid needs to write its HOME
+    # there (nobody else is inside)
+    argv += ["--perms", "1777", "--size", str(policy.tmp_bytes), "--tmpfs", "/tmp",
+             "--perms", "0777" if as_root() else "0700", "--dir", WORK_DIR,
+             "--bind", str(spill_host), f"{WORK_DIR}/{spill_host.name}"]
     for root in _ro_roots(device):
         argv += _mkdirs(root.parent) + ["--ro-bind", str(root), str(root)]
     for name in _ETC:
@@ -172,11 +178,7 @@ def bwrap_argv(bwrap: str, uid: int, policy: IsolationPolicy, spill_host: Path, 
     if device.startswith("cuda"):
         for node in _gpu_devices():
             argv += ["--dev-bind", node, node]
-    # as root the tmpfs is root's: the child's uid needs to write its HOME there (nobody else is inside)
-    argv += ["--perms", "1777", "--size", str(policy.tmp_bytes), "--tmpfs", "/tmp",
-             "--perms", "0777" if as_root() else "0700", "--dir", WORK_DIR,
-             "--bind", str(spill_host), f"{WORK_DIR}/{spill_host.name}",
-             "--chdir", WORK_DIR]
+    argv += ["--chdir", WORK_DIR]
     if as_root():
         setpriv = shutil.which("setpriv")
         if setpriv is None:
