@@ -78,7 +78,7 @@ def _judge_faults(ctx: AuditContext, result: StageResult) -> StageResult:
     if watch.hang is not None and watch.hang.stage == result.name:
         result.status = StageStatus.failed
         result.metrics["kernel_fault"] = watch.hang.model_dump()
-        if "did not" not in result.summary:
+        if watch.hang.message not in result.summary:
             result.summary = f"{watch.hang.message}; {result.summary}"
     elif watch.exhausted and result.status is not StageStatus.error:
         result.status = StageStatus.error

@@ -3,9 +3,7 @@ leaderboard), else only callers with an API key (rate limited like any keyed cal
 
 from __future__ import annotations
 
-from typing import Annotated
-
-from fastapi import Depends, Request
+from fastapi import Request
 
 from app.api.deps import ServicesDep
 from app.auth.dependencies import get_principal
@@ -18,4 +16,3 @@ async def require_reader(request: Request, services: ServicesDep) -> Principal |
     return await get_principal(request, services)
 
 
-ReaderDep = Annotated[Principal | None, Depends(require_reader)]

@@ -25,13 +25,5 @@ class ProblemIndex:
             self._at = self._clock()
         return self._names
 
-    def hash_of(self, session: Session, name: str) -> str | None:
-        """The content hash of `name`, re-reading the table once on a miss (a definition uploaded a moment ago)."""
-        known = self.get(session)
-        if name not in known:
-            self.invalidate()
-            known = self.get(session)
-        return known.get(name)
-
     def invalidate(self) -> None:
         self._at = float("-inf")

@@ -17,11 +17,6 @@ def by_idempotency_key(session: Session, api_key_id: str, key: str) -> Submissio
 def get(session: Session, submission_id: str) -> Submission | None:
     return session.get(Submission, submission_id)
 
-
-def stages_of(session: Session, audit: Audit) -> list[StageResultRow]:
-    return list(session.scalars(select(StageResultRow).where(StageResultRow.audit_id == audit.id).order_by(StageResultRow.position)))
-
-
 def audits_with_stages(session: Session, submission_id: str) -> list[tuple[Audit, list[StageResultRow]]]:
     """Every audit of the submission, oldest attempt first, each with its stored stages in order (two queries)."""
     audits = list(session.scalars(select(Audit).where(Audit.submission_id == submission_id).order_by(Audit.attempt)))

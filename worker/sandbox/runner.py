@@ -18,8 +18,8 @@ from typing import Any
 
 from worker.formats import Solution
 from worker.sandbox import framing, isolation, spill
-from worker.sandbox.output import OutputCapture
 from worker.sandbox.isolation import Isolation, IsolationPolicy, namespaces_available
+from worker.sandbox.output import OutputCapture
 
 # The only variables a submission's process sees. Database and broker URLs,
 # API keys and webhook secrets never reach it.

@@ -278,21 +278,18 @@ def _time(ctx: AuditContext, sb: Sandbox, metrics: dict[str, Any], evidence: dic
             f"{where}: the kernel claims {kernel.median_ms:.4f} ms, below the {floor:.4f} ms that moving its "
             f"{case_bytes + out_bytes} bytes takes at {GPU_BANDWIDTH_BYTES_PER_S / 1e12:.1f} TB/s; its timing is not trusted"
         )
-    dev_args = to_device(first_args, ctx.device)
-    fn = ctx.reference.run_fn
-    with torch.no_grad():
-        # on the CPU the kernel's time is a round trip through the pipe, so the reference's carries the same
-        # serialisation of its inputs and outputs (done here, in process: it never costs more than the real pipe)
-        ref = time_trusted(lambda: fn(*dev_args) if gpu else _with_transport(fn, dev_args), ctx.device, cfg)
+    timing.update(kernel_median_ms=kernel.median_ms,
+                  kernel_times_ms=kernel.times_ms if len(kernel.times_ms) <= 20 else None)
+    metrics.update(kernel_median_ms=kernel.median_ms)
+    clock_note = f"{CLOCK_LABEL[kernel.clock]}, median of {len(kernel.times_ms)}, workload {w.uuid}"
+    ref = _time_reference(ctx, first_args, cfg)
+    if ref is None:
+        return (f"{kernel.median_ms:.4f} ms ({clock_note}); no speedup: the uploaded reference runs in its own sandbox, "
+                "whose round trips are not comparable with CUDA events")
     speedup = ref.median_ms / kernel.median_ms
-    timing.update(
-        kernel_median_ms=kernel.median_ms,
-        reference_median_ms=ref.median_ms,
-        speedup=speedup,
-        kernel_times_ms=kernel.times_ms if len(kernel.times_ms) <= 20 else None,
-    )
-    metrics.update(kernel_median_ms=kernel.median_ms, reference_median_ms=ref.median_ms, speedup=speedup)
-    phrase = f"{_speed_phrase(speedup)} ({CLOCK_LABEL[kernel.clock]}, median of {len(kernel.times_ms)}, workload {w.uuid})"
+    timing.update(reference_median_ms=ref.median_ms, speedup=speedup)
+    metrics.update(reference_median_ms=ref.median_ms, speedup=speedup)
+    phrase = f"{_speed_phrase(speedup)} ({clock_note})"
     if kernel.host_median_ms is not None:
         timing.update(kernel_host_median_ms=kernel.host_median_ms, launch_bound=kernel.launch_bound)
         if kernel.launch_bound:
@@ -302,6 +299,21 @@ def _time(ctx: AuditContext, sb: Sandbox, metrics: dict[str, Any], evidence: dic
                 "(launch overhead, or a host-device sync inside the call), so its time depends on the CPU, not only the GPU"
             )
     return phrase
+
+
+def _time_reference(ctx: AuditContext, args: list[Any], cfg: TimingConfig) -> TimingSample | None:
+    """The reference timed as the kernel was: on the GPU with CUDA events here; on the CPU as a round trip (the
+    same serialisation in process, or, for an uploaded reference, its own sandbox's real round trip). An uploaded
+    reference cannot be timed with events on the GPU: None."""
+    fn = ctx.reference.run_fn
+    gpu = ctx.device.startswith("cuda")
+    if not ctx.problem.reference_trusted:
+        if gpu:
+            return None
+        return time_trusted(lambda: fn(*args), ctx.device, cfg)  # its sandbox's round trip, like the kernel's
+    dev_args = to_device(args, ctx.device)
+    with torch.no_grad():
+        return time_trusted(lambda: fn(*dev_args) if gpu else _with_transport(fn, dev_args), ctx.device, cfg)
 
 
 def _with_transport(fn: Any, args: list[Any]) -> object:

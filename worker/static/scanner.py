@@ -12,7 +12,12 @@ import ast
 
 from worker.formats import Solution
 from worker.static import environment, foreign_code
-from worker.static.cache_keys import KeyTracker, helper_key_kinds, is_container, module_containers
+from worker.static.cache_keys import (
+    KeyTracker,
+    helper_key_kinds,
+    is_container,
+    module_containers,
+)
 from worker.static.names import ImportAliases, call_leaf
 from worker.static.patterns import (
     CAST_METHODS,
