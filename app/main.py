@@ -49,7 +49,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         problems=ProblemIndex(),
         key_cache=KeyCache(ttl_s=settings.key_cache_s),
     )
-    app.add_middleware(BodyLimitMiddleware, limit=settings.body_limit_bytes)
+    app.add_middleware(BodyLimitMiddleware, limit=settings.body_limit_bytes,
+                       overrides={("POST", "/v1/submissions"): settings.submission_body_limit_bytes})
     for r in (submissions_router, definitions_router, auth_router, webhooks_router, dashboard_router):
         app.include_router(r)
     for r in (problems_router, leaderboard_router):  # public unless KAUDIT_PUBLIC_READ=false (app/auth/readers.py)
@@ -63,6 +64,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
+            from app.submissions.token_stats import TokenStatsIn
             from worker.formats import Solution
 
             schema = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
@@ -73,6 +75,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             errors = ErrorBody.model_json_schema(ref_template="#/components/schemas/{model}")
             comps.update(errors.pop("$defs", {}))
             comps["HTTPValidationError"] = errors  # every 4xx has the one shape (app/core/errors.py)
+            comps["TokenStatsIn"] = TokenStatsIn.model_json_schema()  # the optional `token_stats` beside a solution
             app.openapi_schema = schema
         return app.openapi_schema
 

@@ -36,12 +36,12 @@ def device_name(device: str) -> str:
     return f"{platform.processor() or platform.machine()} ({os.cpu_count()} cores)"
 
 
-def audit_row(problem_name: str, sname: str, device: str, stages: tuple[str, ...]) -> dict[str, Any]:
+def audit_row(problem_name: str, sname: str, device: str, stages: tuple[str, ...], pool: Any = None) -> dict[str, Any]:
     """Audit one example solution and compare each stage with benchmarks/expectations.py."""
     problem = load_catalogue().get(problem_name)
     sol = problem.example_solutions()[sname]
     t0 = time.perf_counter()
-    report = run_audit(problem, sol, device=device, stages=stages, seed=secrets.randbits(62))
+    report = run_audit(problem, sol, device=device, stages=stages, seed=secrets.randbits(62), pool=pool)
     wall = time.perf_counter() - t0
     statuses = {s.name: s.status.value for s in report.stages}
     mismatches = []

@@ -2,10 +2,16 @@
 
   python benchmarks/generic_catalogue.py --out benchmarks/results/generic_catalogue_cpu.md
   python benchmarks/generic_catalogue.py --with-curated --jobs 2 --out generic.md   # curated ones too, judged generically
+  python benchmarks/generic_catalogue.py --only layernorm_forward,rope --paths curated \
+      --out benchmarks/results/curated_layernorm_rope_cpu.md       # the curated probes where the generic path missed
 
-Stages intake, static, benchmark, probes on the CPU (or --device cuda). Curated problems (--with-curated)
-are audited as if their folder had no audit.json and no oracle.py, so the table says what the generic
-path alone catches. Writes a markdown table to --out and the same rows as JSON beside it (.json).
+Stages intake, static, benchmark, probes on the CPU (or --device cuda). The generic path's measurement covers
+the folders without audit.json and the ones curated afterwards because it missed their known-bad example
+(CURATED_AFTER_GENERIC): those are audited with their audit.json and oracle.py explicitly stripped
+(Problem.as_uncurated), so the table keeps measuring the generic path alone. Other curated problems join
+only with --with-curated, judged the same way. `--paths curated` audits the CURATED_AFTER_GENERIC problems
+with their audit.json and oracle.py instead, in a section "Caught by the curated probes".
+Writes markdown to --out and the same rows as JSON beside it (.json).
 An example is known-bad when benchmarks/expectations.py lists it or its description starts "Known-bad".
 """
 
@@ -25,10 +31,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.audit_examples import device_name  # noqa: E402
 from benchmarks.expectations import KNOWN_BAD, runs_on  # noqa: E402
 from benchmarks.parallel import run_jobs  # noqa: E402
-from worker.catalogue import load_catalogue  # noqa: E402
+from worker.catalogue import Catalogue, Problem, load_catalogue  # noqa: E402
 from worker.engine import run_audit  # noqa: E402
 
 STAGES = ("intake", "static", "benchmark", "probes")
+PATHS = ("generic", "curated")
+# added without audit.json to measure the generic path, curated afterwards where it missed the known-bad example
+# (benchmarks/results/generic_catalogue_cpu.md): the generic measurement still audits them uncurated
+CURATED_AFTER_GENERIC: tuple[str, ...] = ("layernorm_forward", "rope")
 
 
 def known_bad(problem: str, solution: str, description: str) -> bool:
@@ -43,10 +53,19 @@ def caught_by(probes: dict[str, Any]) -> list[str]:
     return failed
 
 
-def audit_row(problem_name: str, sname: str, device: str, uncurate: bool) -> dict[str, Any]:
+def in_generic_measurement(problem: Problem, with_curated: bool) -> bool:
+    """Whether the generic path's table audits this problem (always uncurated: see audit_row)."""
+    return not problem.curated or with_curated or problem.name in CURATED_AFTER_GENERIC
+
+
+def audit_row(problem_name: str, sname: str, device: str, path: str) -> dict[str, Any]:
+    """One audit: `path` "generic" strips any audit.json and oracle.py; "curated" keeps them (and requires them)."""
     problem = load_catalogue().get(problem_name)
-    if uncurate:
+    curated_folder = problem.curated
+    if path == "generic" and problem.curated:
         problem = problem.as_uncurated()
+    elif path == "curated" and not problem.curated:
+        raise ValueError(f"{problem_name} has no audit.json: nothing curated to audit")
     sol = problem.example_solution(sname)
     t0 = time.perf_counter()
     report = run_audit(problem, sol, device=device, stages=STAGES, seed=secrets.randbits(62))
@@ -56,14 +75,17 @@ def audit_row(problem_name: str, sname: str, device: str, uncurate: bool) -> dic
     return {
         "definition": problem_name,
         "example": sname,
-        "curated_folder": uncurate,
+        "path": path,
+        "curated_folder": curated_folder,
         "known_bad": known_bad(problem_name, sname, sol.description or ""),
         "description": sol.description,
         "benchmark": bench.status.value,
         "benchmark_summary": bench.summary,
-        "generic_probes": probes["status"],
+        f"{path}_probes": probes["status"],
         "probes_summary": probes["summary"],
         "caught_by": caught_by(probes),
+        # per probe: its worst group's error ratio (None: non-finite, or nothing measured)
+        "probe_ratios": {n: m.get("worst_ratio") for n, m in probes.get("metrics", {}).get("probes", {}).items()},
         "worst_ratio": probes.get("metrics", {}).get("worst_ratio"),
         "oracle": probes.get("evidence", {}).get("oracle"),
         "not_applied": probes.get("evidence", {}).get("generic", {}).get("not_applied"),
@@ -73,82 +95,148 @@ def audit_row(problem_name: str, sname: str, device: str, uncurate: bool) -> dic
     }
 
 
+def path_of(row: dict[str, Any]) -> str:
+    return row.get("path", "generic")  # rows recorded before the curated path existed are generic
+
+
+def probes_status(row: dict[str, Any]) -> str:
+    return row[f"{path_of(row)}_probes"]
+
+
 def verdict_cell(row: dict[str, Any]) -> str:
+    probes, which = probes_status(row), f"the {path_of(row)} probes"
     if not row["known_bad"]:
-        ok = row["benchmark"] == "passed" and row["generic_probes"] == "passed"
+        ok = row["benchmark"] == "passed" and probes == "passed"
         return "correct example: passes" if ok else "correct example: FLAGGED (false positive)"
     if row["benchmark"] == "failed":
-        return "known-bad: caught by the benchmark rule" + (" and the generic probes" if row["generic_probes"] == "failed" else "")
-    if row["generic_probes"] == "failed":
-        return "known-bad: caught only by the generic probes"
+        return "known-bad: caught by the benchmark rule" + (f" and {which}" if probes == "failed" else "")
+    if probes == "failed":
+        return f"known-bad: caught only by {which}"
     return "known-bad: MISSED by both"
 
 
-def markdown(rows: list[dict[str, Any]], header: str) -> str:
-    lines = [header, "", "| definition | example | benchmark | generic probes | caught by | worst ratio | outcome | time |",
+def ratio_cell(row: dict[str, Any]) -> str:
+    if row["worst_ratio"] is None:
+        return "non-finite" if "infx" in row["probes_summary"] else ""
+    return "non-finite" if row["worst_ratio"] == float("inf") else f"{row['worst_ratio']:.3g}x"
+
+
+def _caught(row: dict[str, Any]) -> str:
+    """The failed probes and checks, each with its worst ratio where the row recorded one."""
+    ratios = row.get("probe_ratios") or {}
+
+    def one(name: str) -> str:
+        if name not in ratios:
+            return name
+        r = ratios[name]
+        return f"{name} ({'non-finite' if r is None or r == float('inf') else f'{r:.3g}x'})"
+
+    return ", ".join(one(n) for n in row["caught_by"][:4]) + ("..." if len(row["caught_by"]) > 4 else "")
+
+
+def _table(rows: list[dict[str, Any]], path: str) -> list[str]:
+    lines = [f"| definition | example | benchmark | {path} probes | caught by | worst ratio | outcome | time |",
              "|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        caught = ", ".join(r["caught_by"][:4]) + ("..." if len(r["caught_by"]) > 4 else "")
-        ratio = f"{r['worst_ratio']:.3g}x" if r["worst_ratio"] is not None else (
-            "non-finite" if "infx" in r["probes_summary"] else "")
-        lines.append(f"| {r['definition']} | {r['example']} | {r['benchmark']} | {r['generic_probes']} | {caught or '-'} | "
-                     f"{ratio} | {verdict_cell(r)} | {r['wall_s']} s |")
+        caught = _caught(r)
+        lines.append(f"| {r['definition']} | {r['example']} | {r['benchmark']} | {probes_status(r)} | {caught or '-'} | "
+                     f"{ratio_cell(r)} | {verdict_cell(r)} | {r['wall_s']} s |")
+    return lines
+
+
+def markdown(rows: list[dict[str, Any]], header: str) -> str:
+    generic = [r for r in rows if path_of(r) == "generic"]
+    curated = [r for r in rows if path_of(r) == "curated"]
+    lines = [header, ""]
+    if generic:
+        lines += _table(generic, "generic")
+    if curated:
+        lines += ([""] if generic else []) + [
+            "## Caught by the curated probes", "",
+            f"The definitions curated after the generic path missed their known-bad example ({', '.join(CURATED_AFTER_GENERIC)}), "
+            "audited with their audit.json and oracle.py.", "",
+            *_table(curated, "curated"),
+        ]
     lines += ["", "Probe summaries:", ""]
     for r in rows:
-        lines.append(f"- **{r['definition']}/{r['example']}**: benchmark: {r['benchmark_summary']} | probes: {r['probes_summary']}")
+        tag = " (curated)" if path_of(r) == "curated" else ""
+        lines.append(f"- **{r['definition']}/{r['example']}**{tag}: benchmark: {r['benchmark_summary']} | probes: {r['probes_summary']}")
     return "\n".join(lines) + "\n"
+
+
+def plan_jobs(catalogue: Catalogue, device: str, paths: tuple[str, ...], only: set[str] | None,
+              with_curated: bool) -> list[tuple[str, str, str, str]]:
+    """(problem, example, device, path) for every audit the run makes, generic ones first."""
+    jobs = []
+    for path in paths:
+        for problem in catalogue:
+            if only is not None and problem.name not in only:
+                continue
+            if path == "generic" and not in_generic_measurement(problem, with_curated):
+                continue
+            if path == "curated" and not (problem.name in CURATED_AFTER_GENERIC and problem.curated):
+                continue
+            for sname, sol in sorted(problem.example_solutions().items()):
+                if runs_on(sol.spec, device):
+                    jobs.append((problem.name, sname, device, path))
+    return jobs
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--with-curated", action="store_true", help="also audit curated problems, judged generically")
+    ap.add_argument("--paths", default="generic",
+                    help=f"comma-separated of {','.join(PATHS)}: curated audits {', '.join(CURATED_AFTER_GENERIC)} with their audit.json")
     ap.add_argument("--only", default=None, help="comma-separated definitions")
     ap.add_argument("--jobs", type=int, default=1)
     ap.add_argument("--budget-s", type=float, default=float("inf"))
     ap.add_argument("--out", type=Path, required=True, help="markdown file; the JSON rows go beside it")
     ap.add_argument("--resume", action="store_true", help="keep the rows already in --out's JSON and audit only the rest")
     args = ap.parse_args()
+    paths = tuple(p for p in args.paths.split(",") if p)
+    if not paths or set(paths) - set(PATHS):
+        ap.error(f"--paths takes a comma-separated subset of {','.join(PATHS)}")
     catalogue = load_catalogue()
     only = set(args.only.split(",")) if args.only else None
-    jobs = []
-    for problem in catalogue:
-        if only is not None and problem.name not in only:
-            continue
-        if problem.curated and not args.with_curated:
-            continue
-        for sname, sol in sorted(problem.example_solutions().items()):
-            if runs_on(sol.spec, args.device):
-                jobs.append((problem.name, sname, args.device, problem.curated))
+    jobs = plan_jobs(catalogue, args.device, paths, only, args.with_curated)
     rows: list[dict[str, Any]] = []
     previous = json.loads(args.out.with_suffix(".json").read_text()) if args.resume and args.out.with_suffix(".json").exists() else None
     if previous is not None:
         rows = previous["rows"]
-        done = {(r["definition"], r["example"]) for r in rows}
-        jobs = [j for j in jobs if (j[0], j[1]) not in done]
+        done = {(r["definition"], r["example"], path_of(r)) for r in rows}
+        jobs = [j for j in jobs if (j[0], j[1], j[3]) not in done]
     started = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
     import torch
 
-    header = previous["header"] if previous is not None else (f"# Generic path over the catalogue ({args.device}: {device_name(args.device)}, torch {torch.__version__}, "
-              f"{started})\n\nStages {','.join(STAGES)}; problems without audit.json"
-              + (" and, judged as if uncurated, the curated ones" if args.with_curated else "") + ".")
+    machine = f"{args.device}: {device_name(args.device)}, torch {torch.__version__}, {started}"
+    scope = []
+    if "generic" in paths:
+        scope.append("generic path: problems without audit.json and, with audit.json and oracle.py stripped, "
+                     + ("every curated one" if args.with_curated else f"those curated after it ({', '.join(CURATED_AFTER_GENERIC)})"))
+    if "curated" in paths:
+        scope.append(f"curated path: {', '.join(CURATED_AFTER_GENERIC)} with their audit.json and oracle.py")
+    title = "Generic path over the catalogue" if paths == ("generic",) else (
+        "Curated probes where the generic path missed" if paths == ("curated",) else "Generic and curated paths")
+    header = previous["header"] if previous is not None else (
+        f"# {title} ({machine})\n\nStages {','.join(STAGES)}; " + "; ".join(scope) + ".")
 
     def write() -> None:
-        rows.sort(key=lambda r: (r["definition"], r["example"]))
+        rows.sort(key=lambda r: (PATHS.index(path_of(r)), r["definition"], r["example"]))
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(markdown(rows, header))
         args.out.with_suffix(".json").write_text(json.dumps({"header": header, "rows": rows}, indent=1))
 
     def record(row: dict[str, Any]) -> None:
         rows.append(row)
-        print(f"{row['definition']}/{row['example']}: benchmark {row['benchmark']}, probes {row['generic_probes']} "
+        print(f"{row['definition']}/{row['example']} ({path_of(row)}): benchmark {row['benchmark']}, probes {probes_status(row)} "
               f"({row['wall_s']} s) -> {verdict_cell(row)}", flush=True)
         write()
 
     unfinished = run_jobs(audit_row, jobs, workers=args.jobs, budget_s=args.budget_s, on_result=record)
     write()
-    missed = [r for r in rows if r["known_bad"] and r["benchmark"] != "failed" and r["generic_probes"] != "failed"]
-    false_pos = [r for r in rows if not r["known_bad"] and (r["benchmark"] != "passed" or r["generic_probes"] != "passed")]
+    missed = [r for r in rows if r["known_bad"] and r["benchmark"] != "failed" and probes_status(r) != "failed"]
+    false_pos = [r for r in rows if not r["known_bad"] and (r["benchmark"] != "passed" or probes_status(r) != "passed")]
     print(f"{len(rows)} audits; {len(missed)} known-bad missed; {len(false_pos)} correct examples flagged; {unfinished} unfinished")
     return 0
 

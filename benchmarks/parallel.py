@@ -20,15 +20,18 @@ def run_jobs(
     workers: int,
     budget_s: float,
     on_result: Callable[[dict[str, Any]], None],
+    initializer: Callable[..., None] | None = None,
+    initargs: tuple[Any, ...] = (),
 ) -> int:
     """Call fn(*job) for every job, `workers` at a time, each in a spawned process (CUDA cannot fork).
 
     Results reach `on_result` as they finish. Past `budget_s` seconds the running jobs are stopped
-    and the rest never start; returns how many jobs did not finish.
+    and the rest never start; returns how many jobs did not finish. `initializer(*initargs)` runs once in
+    each worker process before its first job (a warm worker's set-up).
     """
     done, stopped = 0, False
     pool = ProcessPoolExecutor(max_workers=max(1, workers), mp_context=multiprocessing.get_context("spawn"),
-                               initializer=_exit_on_sigterm)
+                               initializer=_init_worker, initargs=(initializer, initargs))
     futures = [pool.submit(fn, *job) for job in jobs]
     try:
         for fut in as_completed(futures, timeout=None if budget_s == float("inf") else budget_s):
@@ -45,9 +48,11 @@ def run_jobs(
     return len(jobs) - done
 
 
-def _exit_on_sigterm() -> None:
+def _init_worker(initializer: Callable[..., None] | None, initargs: tuple[Any, ...]) -> None:
     # SIGTERM unwinds the running audit, whose cleanup kills its sandbox child
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    if initializer is not None:
+        initializer(*initargs)
 
 
 def stop_workers(pool: ProcessPoolExecutor, grace_s: float = 5.0) -> None:

@@ -4,12 +4,16 @@
   python benchmarks/time_to_verdict.py --device cpu --n 1 --only 'embedding_backward/*' --out /tmp/ttv_cpu.json
 
 For each N, the selected examples (kernels/*/solutions/*, those whose target_hardware runs on the device)
-are audited N at a time, each audit in its own spawned process (benchmarks/parallel.py). Recorded per audit:
+are audited N at a time by N spawned worker processes (benchmarks/parallel.py). By default each worker is warm, as a
+long-lived audit worker is: before its first measured audit it has run one warm-up audit and started a spare sandbox
+child (worker.sandbox.pool), and it waits for the next spare (started when the previous audit took its child) before
+the next audit's clock starts; `--cold` measures fresh processes instead. Recorded per audit:
 wall time, each stage's duration, the verdict and whether every stage did what benchmarks/expectations.py
 says, and on a GPU the audit process's peak torch allocation (the sandbox child's is separate and not in it).
 Per N: the batch's wall time, audits per GPU-hour (per machine-hour on the CPU) and, on a GPU, the lowest
 free device memory seen while the batch ran (torch.cuda.mem_get_info polled every 0.2 s: every process).
-Writes FILE.json and FILE.md (a summary table) and prints the summary.
+Writes FILE.json and FILE.md (a summary table) and prints the summary. Every audit's sandbox child is still
+started fresh, in namespaces of its own, and serves that one audit.
 """
 
 from __future__ import annotations
@@ -37,17 +41,46 @@ from worker.engine import parse_stages  # noqa: E402
 GIB = 2**30
 
 
+# a warm worker process's own state (this script's spawned processes only): its spare sandbox children
+_WARM: dict[str, Any] = {}
+
+
+def warm_worker(device: str, warmup: tuple[str, str] | None, stages: tuple[str, ...]) -> None:
+    """What a long-lived audit worker has done before its next audit: the engine imported, the catalogue loaded,
+    the device initialised, a spare sandbox child started (worker.sandbox.pool) and, with `warmup`, one audit
+    run already (lazy imports, the text's tokenizer, the first CUDA kernels). Runs once per spawned process."""
+    import torch
+
+    from worker.sandbox.pool import SandboxPool
+
+    t = time.perf_counter()
+    if device.startswith("cuda"):
+        torch.cuda.init()
+        torch.empty(1, device=device)
+    pool = SandboxPool(device)
+    pool.prestart()
+    _WARM["pool"] = pool
+    if warmup is not None:
+        row = audit_row(warmup[0], warmup[1], device, stages, pool=pool)
+        _WARM["warmup"] = {"example": "/".join(warmup), "wall_s": row["wall_s"], "verdict": row["verdict"]}
+    _WARM["setup_s"] = round(time.perf_counter() - t, 2)
+
+
 def timed_audit(problem: str, solution: str, device: str, stages: tuple[str, ...]) -> dict[str, Any]:
     """One audit in this (spawned) process: audit_examples.audit_row plus stage times and memory."""
     import torch
 
     cuda = device.startswith("cuda")
+    pool = _WARM.get("pool")
+    if pool is not None:
+        # the spare started when the previous audit took its child, an audit's length ago: a busy worker finds it ready
+        pool.wait_ready()
     started = time.time()
     if cuda:
         torch.cuda.init()
         torch.cuda.reset_peak_memory_stats()
         free_before, total = torch.cuda.mem_get_info()
-    row = audit_row(problem, solution, device, stages)
+    row = audit_row(problem, solution, device, stages, pool=pool)
     out: dict[str, Any] = {k: row[k] for k in ("problem", "solution", "verdict", "wall_s", "statuses")}
     out["mismatches"] = [m for m in row["mismatches"] if not is_designed_skip(m)]
     out["matches_expectation"] = not out["mismatches"]
@@ -59,6 +92,7 @@ def timed_audit(problem: str, solution: str, device: str, stages: tuple[str, ...
         out["canary"] = {k: m.get(k) for k in ("timings", "runs", "loss_gap", "loss_threshold", "noise_band", "fidelity_worst_ratio")}
     out["wall_without_canary_s"] = round(row["wall_s"] - (out["stage_s"].get("canary") or 0.0), 2)
     out["pid"] = os.getpid()
+    out["warm_worker"] = {k: v for k, v in _WARM.items() if k != "pool"} if pool is not None else None
     out["started"], out["ended"] = started, time.time()
     if cuda:
         free_after, _ = torch.cuda.mem_get_info()
@@ -199,6 +233,9 @@ def main() -> int:
     ap.add_argument("--only", default="", help="comma-separated fnmatch patterns on problem/solution (default: every example)")
     ap.add_argument("--stages", default="intake,static,benchmark,probes,canary")
     ap.add_argument("--budget-s", type=float, default=float("inf"), help="time budget for each N's batch")
+    ap.add_argument("--cold", action="store_true",
+                    help="no warm worker: no spare sandbox child and no warm-up audit (each process's first audit pays "
+                         "its imports and its child's start)")
     ap.add_argument("--out", required=True, help="FILE.json; FILE.md is written next to it")
     args = ap.parse_args()
     if args.device == "cpu":
@@ -216,6 +253,8 @@ def main() -> int:
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "device": machine(args.device),
         "device_kind": "cuda" if args.device.startswith("cuda") else "cpu", "torch": torch.__version__,
         "stages": list(stages), "examples": [f"{p}/{s}" for p, s in todo], "load_before": [round(x, 2) for x in os.getloadavg()],
+        "workers": "cold: a fresh process per worker, no spare child" if args.cold else
+                   f"warm: each worker process ran one warm-up audit ({todo[0][0]}/{todo[0][1]}) and keeps a spare sandbox child",
     }
     batches: list[dict[str, Any]] = []
 
@@ -239,7 +278,8 @@ def main() -> int:
         t0 = time.perf_counter()
         with FreeMemoryWatch(args.device) as watch:
             run_jobs(timed_audit, [(p, s, args.device, stages) for p, s in todo], workers=n, budget_s=args.budget_s,
-                     on_result=record)
+                     on_result=record, initializer=None if args.cold else warm_worker,
+                     initargs=() if args.cold else (args.device, todo[0], stages))
         batch["summary"] = summarise(n, rows, time.perf_counter() - t0, len(todo), watch)
         meta["load_after"] = [round(x, 2) for x in os.getloadavg()]
         write()

@@ -12,6 +12,7 @@ from worker.catalogue import Problem, Profile
 from worker.formats import Solution
 from worker.reference import Reference
 from worker.sandbox import Isolation, Sandbox
+from worker.sandbox.pool import SandboxPool
 from worker.sandboxed_reference import SandboxedReference
 from worker.stages.result import StageResult
 from worker.watched_sandbox import WatchedSandbox
@@ -36,6 +37,11 @@ class AuditContext:
     budget: AuditBudget | None = None
     # "namespaces" (bubblewrap) or "none"; None: namespaces where this host allows them (worker.sandbox.default_isolation)
     isolation: Isolation | None = None
+    # the benchmark's random inputs made by the child from recipes (worker.generated) instead of shipped to it;
+    # None: on a GPU only (on the CPU the parent's clock times each call's round trip, making included)
+    inputs_made_in_child: bool | None = None
+    # a worker process's spare children (worker.sandbox.pool): this audit takes one instead of starting its own
+    pool: SandboxPool | None = None
     _sandbox: Sandbox | None = None
     _watched: WatchedSandbox | None = None
     _stage: str = ""
@@ -49,6 +55,10 @@ class AuditContext:
     def watch(self) -> WatchedSandbox | None:
         """The tally of the current stage's kernel calls; None until a stage asks for the sandbox."""
         return self._watched
+
+    @property
+    def makes_inputs_in_child(self) -> bool:
+        return self.inputs_made_in_child if self.inputs_made_in_child is not None else self.device.startswith("cuda")
 
     @property
     def profile(self) -> Profile:
@@ -66,8 +76,13 @@ class AuditContext:
         """The submission's child process, started (or restarted after a crash) with the solution loaded;
         every request is bounded by the audit's remaining budget."""
         if self._sandbox is None:
-            self._sandbox = Sandbox(self.device, interrupts=self.interrupts, isolation=self.isolation,
-                                    default_timeout_s=self.deadline.budget.call_timeout_s)
+            if self.pool is not None and self.pool.device == self.device and self.pool.isolation == self.isolation:
+                self._sandbox = self.pool.take()
+                self._sandbox.interrupts = self.interrupts
+                self._sandbox.default_timeout_s = self.deadline.budget.call_timeout_s
+            else:
+                self._sandbox = Sandbox(self.device, interrupts=self.interrupts, isolation=self.isolation,
+                                        default_timeout_s=self.deadline.budget.call_timeout_s)
             self.isolation = self._sandbox.isolation
         if self._watched is None:
             self._watched = WatchedSandbox(self._sandbox, self.deadline)

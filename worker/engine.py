@@ -13,6 +13,7 @@ from worker.catalogue import Problem
 from worker.context import AuditContext, Progress
 from worker.formats import Solution
 from worker.sandbox import Isolation, SandboxError
+from worker.sandbox.pool import SandboxPool
 from worker.stages import benchmark, canary, intake, probes, static
 from worker.stages import verdict as verdict_stage
 from worker.stages.result import AuditOutcome, AuditReport, StageResult, StageStatus
@@ -116,6 +117,7 @@ def run_audit(
     budget: AuditBudget | None = None,
     isolation: Isolation | None = None,
     interrupts: tuple[type[BaseException], ...] = (),
+    pool: SandboxPool | None = None,
 ) -> AuditReport:
     """Run the chosen stages and judge them.
 
@@ -123,10 +125,11 @@ def run_audit(
     again (and not reported to `on_stage`), but they count in the verdict. `on_stage` hears every new stage
     result, then the verdict. An exception of a type in `interrupts` (a Celery soft time limit) stops the
     audit and propagates, with the sandbox killed, instead of being recorded as the running stage's error.
+    `pool` (a worker process's spare children) gives the audit a child started ahead of it.
     """
     chosen = parse_stages(stages)
     ctx = AuditContext(problem=problem, solution=solution, device=device, progress=progress or (lambda _: None),
-                       interrupts=tuple(interrupts), budget=budget, isolation=isolation)
+                       interrupts=tuple(interrupts), budget=budget, isolation=isolation, pool=pool)
     if seed is not None:
         ctx.seed = seed
     done = {r.name: r for r in resume if r.name in STAGES}

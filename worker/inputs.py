@@ -2,27 +2,74 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import hashlib
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from worker import generated
 from worker.formats import Definition, Workload
 from worker.numerics.dtypes import to_torch
 from worker.reference import Reference
 
 
 @dataclass(frozen=True)
+class Recipe:
+    """A "random" input not made yet: worker.generated makes it from the seed on whichever side needs it."""
+
+    seed: int
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+
+    @property
+    def nbytes(self) -> int:
+        n = 1
+        for s in self.shape:
+            n *= s
+        return n * self.dtype.itemsize
+
+    def make(self, device: torch.device | str) -> torch.Tensor:
+        return generated.make(self.seed, self.shape, self.dtype, device)
+
+
+@dataclass
 class Case:
-    """One concrete call: inputs in the definition's order and the output shapes."""
+    """One concrete call: inputs in the definition's order and the output shapes.
+
+    Inputs of kind "random" are `Recipe`s until first asked for; `args` makes them on `device` (once), and
+    `wire_args` sends the recipes themselves, for the sandbox child to make on its own device."""
 
     axes: dict[str, int]
     inputs: dict[str, Any]
     output_shapes: dict[str, tuple[int, ...]]
+    device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+
+    def _made(self, name: str) -> Any:
+        value = self.inputs[name]
+        if isinstance(value, Recipe):
+            value = self.inputs[name] = value.make(self.device)
+        return value
 
     def args(self, definition: Definition) -> list[Any]:
-        return [self.inputs[name] for name in definition.inputs]
+        return [self._made(name) for name in definition.inputs]
+
+    def recipes(self, definition: Definition) -> dict[int, Recipe]:
+        """Position -> recipe, for the inputs not made yet."""
+        return {i: v for i, v in enumerate(self.inputs[n] for n in definition.inputs) if isinstance(v, Recipe)}
+
+    def wire_args(self, definition: Definition) -> list[Any]:
+        """The arguments as a request carries them: recipes for inputs not made yet, values for the rest."""
+        out = []
+        for name in definition.inputs:
+            v = self.inputs[name]
+            out.append(generated.wire(v.seed, v.shape, v.dtype) if isinstance(v, Recipe) else v)
+        return out
+
+    def nbytes(self, definition: Definition) -> int:
+        return sum(v.nbytes if isinstance(v, Recipe) else v.nbytes if isinstance(v, torch.Tensor) else 0
+                   for v in (self.inputs[n] for n in definition.inputs))
 
     def output_specs(self, definition: Definition) -> list[dict[str, Any]]:
         return [
@@ -30,12 +77,9 @@ class Case:
         ]
 
 
-def random_tensor(shape: tuple[int, ...], dtype: torch.dtype, gen: torch.Generator) -> torch.Tensor:
-    if dtype.is_floating_point:
-        return torch.randn(shape, generator=gen, dtype=torch.float32).to(dtype)
-    if dtype == torch.bool:
-        return torch.randint(0, 2, shape, generator=gen).bool()
-    return torch.randint(0, 128, shape, generator=gen, dtype=torch.int64).to(dtype)
+def input_seed(seed: int, name: str) -> int:
+    """Each random input's own seed, so that any one can be made alone, on either side."""
+    return int.from_bytes(hashlib.sha256(f"{seed}:{name}".encode()).digest()[:8], "big") >> 2
 
 
 def build_case(
@@ -45,9 +89,12 @@ def build_case(
     seed: int,
     *,
     folder: Path | None = None,
+    device: torch.device | str = "cpu",
+    lazy: bool = False,
 ) -> Case:
+    """The workload's inputs for one call, on `device`; with `lazy`, random inputs stay recipes until `Case.args`
+    makes them (or `Case.wire_args` sends them as recipes)."""
     axes = definition.resolve_axes(workload.axes)
-    gen = torch.Generator().manual_seed(seed)
     scalars = {n: w.value for n, w in workload.inputs.items() if w.type == "scalar"}
     inputs: dict[str, Any] = {}
     custom: dict[str, torch.Tensor] | None = None
@@ -71,6 +118,9 @@ def build_case(
         else:
             if spec.is_scalar:
                 raise ValueError(f"workload {workload.uuid}: scalar input '{name}' needs a value")
-            inputs[name] = random_tensor(definition.shape_of(spec, axes), to_torch(spec.dtype), gen)
+            inputs[name] = Recipe(input_seed(seed, name), definition.shape_of(spec, axes), to_torch(spec.dtype))
     shapes = {n: definition.shape_of(s, axes) for n, s in definition.outputs.items()}
-    return Case(axes=axes, inputs=inputs, output_shapes=shapes)
+    case = Case(axes=axes, inputs=inputs, output_shapes=shapes, device=torch.device(device))
+    if not lazy:
+        case.args(definition)
+    return case

@@ -21,7 +21,7 @@ from app.core.settings import Settings
 from app.definitions.service import ORIGIN_UPLOADED
 from app.jobs.resources import ProcessLocal, WorkerResources
 from app.models import Problem as ProblemRow
-from app.models import StageResultRow
+from app.models import StageResultRow, SubmissionTokenStats
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +52,7 @@ def run_one(local: ProcessLocal, audit_id: str) -> str:
     try:
         with hb:  # from the claim on: imports and stages can take longer than one lease
             return _run_claimed(res, audit.id, audit.device, audit.stages, audit.seed, submission.problem_name,
-                                submission.source, stored, owner, hb, finish)
+                                submission.source, stored, owner, hb, finish, submission.id)
     except LeaseLost:
         log.warning("audit %s: lease lost; another worker owns it now", audit_id)
         return "lease-lost"
@@ -65,9 +65,10 @@ def run_one(local: ProcessLocal, audit_id: str) -> str:
 
 def _run_claimed(res: WorkerResources, audit_id: str, device: str, stages: str | None, seed: int, problem_name: str,
                  source: dict, stored: dict[str, StageResultRow], owner: str, hb: Heartbeat,  # type: ignore[type-arg]
-                 finish) -> str:  # type: ignore[no-untyped-def]
+                 finish, submission_id: str) -> str:  # type: ignore[no-untyped-def]
     from worker.engine import ORDER, run_audit
     from worker.formats import Solution
+    from worker.probes.token_stats import TokenStatsError
     from worker.stages.result import StageResult, StageStatus
 
     settings = res.settings
@@ -77,6 +78,10 @@ def _run_claimed(res: WorkerResources, audit_id: str, device: str, stages: str |
         problem = _uploaded_problem(res, problem_name)
         if problem is None:
             return finish(AuditStatus.error, "error", f"error: {err}")
+    try:  # the submission's own token statistics, for this audit and every re-audit
+        problem = problem.with_token_stats(load_token_stats(res, submission_id))
+    except TokenStatsError as err:  # validated at POST by the same reader: only a changed reader gets here
+        return finish(AuditStatus.error, "error", f"error: the submission's token_stats no longer load: {err}")
     resume = [StageResult(name=r.name, status=StageStatus(r.status), summary=r.summary, metrics=r.metrics, evidence=r.evidence,
                           duration_s=r.duration_s) for r in stored.values()]
 
@@ -93,8 +98,21 @@ def _run_claimed(res: WorkerResources, audit_id: str, device: str, stages: str |
 
     report = run_audit(problem, Solution.model_validate(source), device=device, stages=stages or settings.audit_stages,
                        seed=seed, on_stage=store, resume=resume, budget=settings.audit_budget(device),
-                       isolation=settings.isolation, interrupts=(SoftTimeLimitExceeded,))
+                       isolation=settings.isolation, interrupts=(SoftTimeLimitExceeded,), pool=res.sandbox_pool(device))
     return finish(AuditStatus(report.outcome.value), report.verdict.value, report.summary)
+
+
+def load_token_stats(res: WorkerResources, submission_id: str):  # type: ignore[no-untyped-def]
+    """The token statistics sent with the submission, read by the reader that validated them at POST; None: none."""
+    from app.submissions.token_stats import source_label
+    from worker.probes.token_stats import LoadedTokenStats
+
+    with res.sessions() as s:
+        row = s.get(SubmissionTokenStats, submission_id)
+        if row is None:
+            return None
+        data, fmt, kind, key, sha256 = row.data, row.format, row.requested_kind, row.key, row.sha256
+    return LoadedTokenStats.from_bytes(data, fmt, kind, key, source=source_label(fmt, sha256))  # type: ignore[arg-type]
 
 
 def _uploaded_problem(res: WorkerResources, name: str):  # type: ignore[no-untyped-def]
@@ -148,6 +166,9 @@ def register(app: Celery, settings: Settings) -> None:
         import worker.engine  # noqa: F401
 
         local.get().catalogue  # noqa: B018
+        pool = local.get().sandbox_pool(settings.device)  # this worker's first audit finds a child ready too
+        if pool is not None:
+            pool.prestart()
 
     @app.task(name=AUDIT_TASK, acks_late=True, reject_on_worker_lost=True, ignore_result=True)
     def audit_task(audit_id: str) -> str:

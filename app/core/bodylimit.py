@@ -5,6 +5,7 @@ would otherwise fail with RecursionError, an HTTP 500, on every route that takes
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -16,17 +17,26 @@ class BodyTooLarge(Exception):
     pass
 
 
-def _is_json(scope: Scope) -> bool:
+def _content_type(scope: Scope) -> bytes:
     for name, value in scope.get("headers", []):
         if name == b"content-type":
-            ctype = value.split(b";")[0].strip().lower()
-            return ctype == b"application/json" or ctype.endswith(b"+json")
-    return False
+            return bytes(value.split(b";")[0].strip().lower())
+    return b""
+
+
+def _is_json(scope: Scope) -> bool:
+    ctype = _content_type(scope)
+    return ctype == b"application/json" or ctype.endswith(b"+json")
 
 
 class BodyLimitMiddleware:
-    def __init__(self, app: ASGIApp, limit: int, max_json_depth: int = MAX_JSON_DEPTH) -> None:
+    """`limit` for every route, except JSON and multipart bodies sent to the (method, path) pairs `overrides` names
+    (POST /v1/submissions takes token statistics beside the solution; the route itself holds the solution to `limit`)."""
+
+    def __init__(self, app: ASGIApp, limit: int, max_json_depth: int = MAX_JSON_DEPTH,
+                 overrides: Mapping[tuple[str, str], int] | None = None) -> None:
         self.app, self.limit, self.max_json_depth = app, limit, max_json_depth
+        self.overrides = dict(overrides or {})
 
     async def _reject(self, send: Send, status: int, detail: str, reason: str) -> None:
         body = json.dumps(error_body(detail, [FieldError(field=BODY, reason=reason)])).encode()
@@ -34,28 +44,31 @@ class BodyLimitMiddleware:
                     "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
         await send({"type": "http.response.body", "body": body})
 
-    async def _too_large(self, send: Send) -> None:
-        await self._reject(send, 413, "request body too large", f"over the limit of {self.limit} bytes")
+    async def _too_large(self, send: Send, limit: int) -> None:
+        await self._reject(send, 413, "request body too large", f"over the limit of {limit} bytes")
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        limit = self.limit
+        if _is_json(scope) or _content_type(scope) == b"multipart/form-data":
+            limit = self.overrides.get((scope.get("method", ""), scope.get("path", "")), self.limit)
         for name, value in scope.get("headers", []):
             if name == b"content-length":
                 try:
-                    too_big = int(value) > self.limit
+                    too_big = int(value) > limit
                 except ValueError:
                     too_big = False
                 if too_big:
-                    await self._too_large(send)
+                    await self._too_large(send, limit)
                     return
         if _is_json(scope):
-            await self._json(scope, receive, send)
+            await self._json(scope, receive, send, limit)
         else:
-            await self._streamed(scope, receive, send)
+            await self._streamed(scope, receive, send, limit)
 
-    async def _json(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def _json(self, scope: Scope, receive: Receive, send: Send, limit: int) -> None:
         """Read the whole (bounded) body, check its nesting, then hand it on unchanged."""
         chunks: list[bytes] = []
         seen = 0
@@ -65,8 +78,8 @@ class BodyLimitMiddleware:
                 break
             chunk = message.get("body", b"")
             seen += len(chunk)
-            if seen > self.limit:
-                await self._too_large(send)
+            if seen > limit:
+                await self._too_large(send, limit)
                 return
             chunks.append(chunk)
             if not message.get("more_body", False):
@@ -88,7 +101,7 @@ class BodyLimitMiddleware:
 
         await self.app(scope, replay, send)
 
-    async def _streamed(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def _streamed(self, scope: Scope, receive: Receive, send: Send, limit: int) -> None:
         seen = 0
         started = False
 
@@ -97,7 +110,7 @@ class BodyLimitMiddleware:
             message = await receive()
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
-                if seen > self.limit:
+                if seen > limit:
                     raise BodyTooLarge
             return message
 
@@ -111,4 +124,4 @@ class BodyLimitMiddleware:
             await self.app(scope, limited_receive, tracking_send)
         except BodyTooLarge:
             if not started:
-                await self._too_large(send)
+                await self._too_large(send, limit)

@@ -36,6 +36,10 @@ class Settings(BaseSettings):
         default="namespaces",
         description="namespaces: every submission runs under bubblewrap, and a worker that cannot isolate refuses to "
                     "start; none: the operator's explicit opt-out (reports and the dashboard say so)")
+    sandbox_spare: bool = Field(
+        default=True, description="each worker process keeps one sandbox child started ahead of its next audit "
+                                  "(bubblewrap, Python, torch and the GPU's context: seconds per audit); each child "
+                                  "still serves one audit only")
     uploads_dir: Path = Field(default=Path(".kaudit/uploads"), description="where workers write uploaded definitions")
     accept_uploaded_definitions: bool = Field(
         default=True, description="false pins the curated catalogue: POST /v1/definitions answers 403")
@@ -56,6 +60,10 @@ class Settings(BaseSettings):
 
     # API
     body_limit_bytes: int = 1024 * 1024
+    token_stats_max_bytes: int = Field(
+        default=16 * 1024 * 1024, ge=1,
+        description="largest token statistics file (decoded) a submission may carry; POST /v1/submissions accepts a "
+                    "body this much larger (base64 in JSON, or a multipart file) than body_limit_bytes")
     rate_limit: str = "120/minute"
     rate_limit_storage_url: str | None = Field(default=None, description="memory:// or redis://; default: REDIS_URL, else memory")
     key_cache_s: float = Field(default=10.0, description="a revoked API key stops working within this many seconds")
@@ -98,6 +106,11 @@ class Settings(BaseSettings):
         if device.startswith("cuda"):
             return AuditBudget(total_s=self.gpu_audit_budget_s, call_timeout_s=self.gpu_call_timeout_s)
         return AuditBudget(total_s=self.cpu_audit_budget_s, call_timeout_s=self.cpu_call_timeout_s)
+
+    @property
+    def submission_body_limit_bytes(self) -> int:
+        """POST /v1/submissions: the solution's own limit, plus room for token statistics in base64 (4 per 3 bytes)."""
+        return self.body_limit_bytes + 4 * -(-self.token_stats_max_bytes // 3) + 64 * 1024
 
     @property
     def sqlalchemy_url(self) -> str:

@@ -5,12 +5,16 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import TYPE_CHECKING
 
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.core.db import make_engine, make_sessionmaker
 from app.core.settings import Settings
+
+if TYPE_CHECKING:
+    from worker.sandbox.pool import SandboxPool
 
 
 @dataclass
@@ -25,6 +29,18 @@ class WorkerResources:
     @cached_property
     def sessions(self) -> sessionmaker[Session]:
         return make_sessionmaker(self.engine)
+
+    pools: dict[str, "SandboxPool"] = field(default_factory=dict)
+
+    def sandbox_pool(self, device: str) -> "SandboxPool | None":
+        """This process's spare sandbox children for `device` (KAUDIT_SANDBOX_SPARE), started on first use."""
+        if not self.settings.sandbox_spare:
+            return None
+        if device not in self.pools:
+            from worker.sandbox.pool import SandboxPool
+
+            self.pools[device] = SandboxPool(device, self.settings.isolation)
+        return self.pools[device]
 
     @cached_property
     def catalogue(self):  # type: ignore[no-untyped-def]

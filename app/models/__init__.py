@@ -8,6 +8,7 @@ from app.models.tables import (
     Problem,
     StageResultRow,
     Submission,
+    SubmissionTokenStats,
     WebhookAttempt,
     WebhookDelivery,
     WebhookEndpoint,
@@ -15,5 +16,5 @@ from app.models.tables import (
 
 __all__ = [
     "AUDIT_STATUSES", "FINISHED", "ApiKey", "Audit", "Base", "LeaderboardEntry", "Problem", "StageResultRow", "Submission",
-    "WebhookAttempt", "WebhookDelivery", "WebhookEndpoint", "new_id",
+    "SubmissionTokenStats", "WebhookAttempt", "WebhookDelivery", "WebhookEndpoint", "new_id",
 ]

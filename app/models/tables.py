@@ -14,6 +14,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     String,
     Text,
     UniqueConstraint,
@@ -66,6 +67,23 @@ class Submission(Base):
     idempotency_key: Mapped[str | None] = mapped_column(String(200), nullable=True)
     created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
     audits: Mapped[list[Audit]] = relationship(back_populates="submission", order_by="Audit.attempt")
+
+
+class SubmissionTokenStats(Base):
+    """A submitter's token statistics (bring your own distribution), sent with the submission and validated at POST;
+    every audit of the submission (re-audits too) draws its id probes and canary text from them."""
+
+    __tablename__ = "submission_token_stats"
+    submission_id: Mapped[str] = mapped_column(ForeignKey("submissions.id"), primary_key=True)
+    kind: Mapped[str] = mapped_column(String(16), doc="histogram or sample, as the reader resolved it")
+    requested_kind: Mapped[str] = mapped_column(String(16), doc="auto, histogram or sample, as sent")
+    format: Mapped[str] = mapped_column(String(16), doc="npy or safetensors")
+    key: Mapped[str | None] = mapped_column(String(200), nullable=True, doc="safetensors: the tensor used")
+    entries: Mapped[int] = mapped_column(Integer, doc="bins of a histogram, ids of a sample")
+    size_bytes: Mapped[int] = mapped_column(Integer, doc="of the file as sent (decoded)")
+    sha256: Mapped[str] = mapped_column(String(64), doc="of the file as sent (decoded)")
+    data: Mapped[bytes] = mapped_column(LargeBinary, deferred=True, doc="the file's bytes; loaded only by the worker")
+    created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
 
 
 class Audit(Base):

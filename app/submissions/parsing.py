@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from typing import Annotated, Any
@@ -10,7 +9,8 @@ from typing import Annotated, Any
 from fastapi import Depends, Request
 from starlette.datastructures import UploadFile
 
-from app.core.errors import ApiError, FieldError
+from app.core.errors import BODY, ApiError, FieldError
+from app.submissions import token_stats as ts
 from worker.formats import FormatError, Solution, SolutionSpec, SourceFile
 from worker.formats.bundle import DefinitionBundle
 from worker.formats.json_bounds import loads_bounded, walk_strings
@@ -25,6 +25,20 @@ class ParsedSubmission:
     data: dict[str, Any]
     # the definition and its workloads, when they came in the same request (`{solution, definition, workloads}`)
     bundle: DefinitionBundle | None = None
+    # the submitter's token statistics (a `token_stats` object in JSON, a `token_stats` file part in multipart)
+    token_stats: ts.AcceptedTokenStats | None = None
+
+
+@dataclass(frozen=True)
+class BodyLimits:
+    """The solution's bound (what the whole body was held to before token statistics) and the statistics' own."""
+
+    body: int = 1024 * 1024
+    token_stats: int = 16 * 1024 * 1024
+
+
+def _too_large(limit: int, field: str = BODY, what: str = "") -> ApiError:
+    return ApiError(413, "request body too large", [FieldError(field=field, reason=f"{what}over the limit of {limit} bytes")])
 
 
 class InvalidSubmission(ApiError):
@@ -55,21 +69,44 @@ def _unstorable(text: str) -> bool:
     return False
 
 
-def submission_from_json(body: bytes) -> ParsedSubmission:
-    """A solution.json, or `{"solution": ..., "definition": ..., "workloads": [...]}` (all three documents at once)."""
+def submission_from_json(body: bytes, limits: BodyLimits | None = None) -> ParsedSubmission:
+    """A solution.json, or `{"solution": ..., "definition": ..., "workloads": [...]}` (all three documents at once);
+    either may carry a top-level `token_stats` object, which is checked here and is not part of the solution."""
+    limits = limits or BodyLimits()
     try:
-        data = loads_bounded(body)
-    except ValueError as err:
+        data = _loads(body)
+    except InvalidSubmission:
+        if len(body) > limits.body:  # only token_stats may take a body past the solution's limit
+            raise _too_large(limits.body) from None
+        raise
+    raw_stats = data.pop(ts.JSON_FIELD) if isinstance(data, dict) and ts.JSON_FIELD in data else None
+    encoded = raw_stats.get("data_base64") if isinstance(raw_stats, dict) else None
+    if len(body) - (len(encoded) if isinstance(encoded, str) else 0) > limits.body:
+        raise _too_large(limits.body, what="the request without token_stats.data_base64 is " if encoded else "")
+    parsed = _submission_from_data(data)
+    if raw_stats is None:
+        return parsed
+    return ParsedSubmission(solution=parsed.solution, data=parsed.data, bundle=parsed.bundle,
+                            token_stats=ts.from_json(raw_stats, limits.token_stats))
+
+
+def _loads(body: bytes) -> Any:
+    try:
+        return loads_bounded(body)
+    except ValueError as err:  # bad UTF-8, bad JSON, too deep, or an integer of more than 4300 digits
         raise InvalidSubmission([FieldError(field="(body)", reason=f"not valid JSON: {err}")]) from err
+
+
+def _submission_from_data(data: Any) -> ParsedSubmission:
     if not (isinstance(data, dict) and "solution" in data and isinstance(data.get("definition"), dict)):
-        solution, sol_data = solution_from_json(body)
+        solution, sol_data = _solution_from_data(data)
         return ParsedSubmission(solution=solution, data=sol_data)
     bundle_doc = {k: v for k, v in data.items() if k != "solution"}
     try:
         bundle = parse_model(DefinitionBundle, bundle_doc, "definition bundle")
     except FormatError as err:
         raise InvalidSubmission(_errors(err)) from err
-    solution, sol_data = solution_from_json(json.dumps(data["solution"]).encode())
+    solution, sol_data = _solution_from_data(data["solution"])
     if solution.definition != bundle.definition.name:
         raise InvalidSubmission([FieldError(field="solution.definition", reason=(
             f"names '{solution.definition[:200]}' but the definition sent with it is '{bundle.definition.name}'"))])
@@ -77,10 +114,10 @@ def submission_from_json(body: bytes) -> ParsedSubmission:
 
 
 def solution_from_json(body: bytes) -> tuple[Solution, dict[str, Any]]:
-    try:
-        data = loads_bounded(body)
-    except ValueError as err:  # bad UTF-8, bad JSON, too deep, or an integer of more than 4300 digits
-        raise InvalidSubmission([FieldError(field="(body)", reason=f"not valid JSON: {err}")]) from err
+    return _solution_from_data(_loads(body))
+
+
+def _solution_from_data(data: Any) -> tuple[Solution, dict[str, Any]]:
     if any(_unstorable(s) for s in walk_strings(data)):
         raise InvalidSubmission([FieldError(field="(body)", reason="NUL characters and lone surrogates (\\ud800-\\udfff) are "
                                                                     "not allowed in a solution")])
@@ -122,23 +159,43 @@ def solution_from_upload(filename: str, content: bytes, definition: str, entry_f
 
 
 async def read_submission(request: Request) -> ParsedSubmission:
-    """The request body as a Solution: a solution.json (JSON) or one .py file (multipart, with `definition`)."""
+    """The request body as a Solution: a solution.json (JSON) or one .py file (multipart, with `definition`), and the
+    submitter's token statistics when sent."""
+    settings = request.app.state.services.settings
+    limits = BodyLimits(body=settings.body_limit_bytes, token_stats=settings.token_stats_max_bytes)
     ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if ctype == "application/json" or ctype.endswith("+json"):
-        return submission_from_json(await request.body())
+        return submission_from_json(await request.body(), limits)
     elif ctype == "multipart/form-data":
-        form = await request.form(max_files=1, max_fields=10)
-        upload, definition = form.get("file"), form.get("definition")
+        form = await request.form(max_files=2, max_fields=10)
+        uploads = form.getlist("file")
+        upload, definition = (uploads[0] if len(uploads) == 1 else None), form.get("definition")
         if not isinstance(upload, UploadFile):
-            raise InvalidSubmission([FieldError(field="file", reason="a .py file upload is required")])
+            raise InvalidSubmission([FieldError(field="file", reason="one .py file upload is required")])
+        content = await upload.read()
+        if len(content) > limits.body:
+            raise _too_large(limits.body, "file")
         dps = str(form.get("destination_passing_style", "true")).lower() not in ("false", "0", "no")
-        solution, data = solution_from_upload(upload.filename or "", await upload.read(),
+        solution, data = solution_from_upload(upload.filename or "", content,
                                               definition if isinstance(definition, str) else "",
                                               str(form.get("entry_function") or "run"), dps)
+        return ParsedSubmission(solution=solution, data=data, token_stats=await _stats_part(form, limits))
     else:
         raise ApiError(415, "send application/json (solution.json) or multipart/form-data (a .py file and definition)",
                        [FieldError(field="content-type", reason=f"'{ctype[:100]}' is not accepted")])
-    return ParsedSubmission(solution=solution, data=data)
+
+
+async def _stats_part(form: Any, limits: BodyLimits) -> ts.AcceptedTokenStats | None:
+    part = form.get("token_stats")
+    if part is None:
+        return None
+    if not isinstance(part, UploadFile):
+        raise InvalidSubmission([FieldError(field="token_stats", reason="must be a file part (.npy or .safetensors), "
+                                                                         "for example curl -F token_stats=@ids.npy")])
+    data = await part.read()  # bounded by the route's body limit (app.main)
+    key = form.get("token_stats_key")
+    return ts.from_upload(part.filename or "", data, str(form.get("token_stats_kind") or "auto"),
+                          key if isinstance(key, str) else None, limits.token_stats)
 
 
 SubmissionBody = Annotated[ParsedSubmission, Depends(read_submission)]

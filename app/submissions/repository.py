@@ -7,7 +7,7 @@ from datetime import datetime
 from sqlalchemy import and_, func, or_, select
 from sqlalchemy.orm import Session
 
-from app.models import Audit, StageResultRow, Submission
+from app.models import Audit, StageResultRow, Submission, SubmissionTokenStats
 
 
 def by_idempotency_key(session: Session, api_key_id: str, key: str) -> Submission | None:
@@ -16,6 +16,15 @@ def by_idempotency_key(session: Session, api_key_id: str, key: str) -> Submissio
 
 def get(session: Session, submission_id: str) -> Submission | None:
     return session.get(Submission, submission_id)
+
+def token_stats_of(session: Session, submission_id: str) -> SubmissionTokenStats | None:
+    """The submission's token statistics row, its bytes not loaded (they load on first access to `.data`)."""
+    return session.get(SubmissionTokenStats, submission_id)
+
+
+def token_stats_sha256(session: Session, submission_id: str) -> str | None:
+    return session.scalar(select(SubmissionTokenStats.sha256).where(SubmissionTokenStats.submission_id == submission_id))
+
 
 def audits_with_stages(session: Session, submission_id: str) -> list[tuple[Audit, list[StageResultRow]]]:
     """Every audit of the submission, oldest attempt first, each with its stored stages in order (two queries)."""

@@ -44,6 +44,11 @@ SUBMIT_BODY = {
                     "definition": {"type": "string", "description": "definition name, see GET /v1/problems"},
                     "entry_function": {"type": "string", "default": "run"},
                     "destination_passing_style": {"type": "boolean", "default": True},
+                    "token_stats": {"type": "string", "format": "binary",
+                                    "description": "optional: your token statistics, a .npy or .safetensors file "
+                                                   "(a histogram or a sample of token ids)"},
+                    "token_stats_kind": {"type": "string", "enum": ["auto", "histogram", "sample"], "default": "auto"},
+                    "token_stats_key": {"type": "string", "description": "safetensors: the tensor to use"},
                 },
             }},
         },
@@ -78,8 +83,9 @@ def _accepted(acc: service.Accepted) -> JSONResponse:
     openapi_extra=SUBMIT_BODY,
     responses={404: {"model": InvalidSolution, "description": "unknown definition"},
                409: {"model": InvalidSolution, "description": "Idempotency-Key reused with another body"},
-               413: {"description": "body over 1 MiB"}, 415: {"description": "unsupported content type"},
-               422: {"model": InvalidSolution, "description": "invalid solution: each field and the reason"},
+               413: {"description": "body over 1 MiB (token_stats not counted), or token_stats over 16 MiB"},
+               415: {"description": "unsupported content type"},
+               422: {"model": InvalidSolution, "description": "invalid solution or token_stats: each field and the reason"},
                429: {"description": "rate limit; see Retry-After"}},
 )
 def submit(
@@ -92,7 +98,12 @@ def submit(
     """Submit a solution.json (JSON body) or a single .py file (multipart, with `definition`): 202 with the status URL.
 
     The checks that need no sandbox (JSON and format, the entry file parses, the entry point exists at its top level
-    and takes the definition's arguments) are answered here with 422 and each field at fault."""
+    and takes the definition's arguments) are answered here with 422 and each field at fault.
+
+    Optional token statistics (bring your own distribution): a top-level `token_stats` object in the JSON body,
+    `{"kind": "auto"|"histogram"|"sample", "format": "npy"|"safetensors", "data_base64": "...", "key": null}`, or a
+    `token_stats` file part in multipart. They are read at once by the engine's own reader (422 naming the field
+    otherwise) and every audit of the submission draws its id probes and canary text from them."""
     solution, data = body.solution, body.data
     try:
         device = choose_device(solution, services.settings)
@@ -110,7 +121,7 @@ def submit(
     try:
         acc = service.submit(uow, services.settings, principal, problem_name=solution.definition,
                              problem_hash=known[solution.definition], solution_name=solution.name, data=data,
-                             idempotency_key=idempotency_key, device=device)
+                             idempotency_key=idempotency_key, device=device, token_stats=body.token_stats)
     except service.IdempotencyConflict as err:
         raise ApiError(409, str(err), [FieldError(field="Idempotency-Key", reason=str(err))]) from err
     return _accepted(acc)

@@ -7,6 +7,7 @@ from pydantic import BaseModel, Field
 
 from app.audits.status import AuditStatus
 from app.core.errors import ErrorBody, FieldError
+from app.submissions.token_stats import TokenStatsView
 
 # the documented 4xx shape; kept under the names the submission routes have always used
 InvalidSolution = ErrorBody
@@ -73,6 +74,9 @@ class SubmissionStatus(AuditView):
     source_hash: str
     created_at: datetime
     attempts: list[Attempt] = Field(description="every audit of this submission, oldest first: a re-audit keeps the earlier results")
+    token_stats: TokenStatsView | None = Field(
+        default=None, description="the token statistics sent with the submission (null: the built-in text); every audit "
+                                  "of it draws its id probes and canary text from them")
 
 
 class SubmissionSummary(BaseModel):

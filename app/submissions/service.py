@@ -17,7 +17,7 @@ from app.auth.principal import Principal
 from app.core.db import utcnow
 from app.core.settings import Settings
 from app.core.unit_of_work import UnitOfWork
-from app.models import Submission
+from app.models import Submission, SubmissionTokenStats
 from app.problems.service import reaudit as new_reaudit
 from app.submissions import repository
 from app.submissions.cursor import decode as decode_cursor
@@ -28,6 +28,8 @@ from app.submissions.schemas import (
     SubmissionStatus,
     SubmissionSummary,
 )
+from app.submissions.token_stats import AcceptedTokenStats
+from app.submissions.token_stats import view as token_stats_view
 from app.submissions.views import attempt_out
 
 
@@ -48,8 +50,8 @@ def source_hash(data: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(data, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
-def _replay(session: Session, existing: Submission, digest: str) -> Accepted:
-    if existing.source_hash != digest:
+def _replay(session: Session, existing: Submission, digest: str, stats_sha256: str | None) -> Accepted:
+    if existing.source_hash != digest or repository.token_stats_sha256(session, existing.id) != stats_sha256:
         raise IdempotencyConflict("this Idempotency-Key was used for a different body")
     audit = audits.latest_audit(session, existing.id)
     assert audit is not None
@@ -58,15 +60,18 @@ def _replay(session: Session, existing: Submission, digest: str) -> Accepted:
 
 
 def submit(uow: UnitOfWork, settings: Settings, principal: Principal, *, problem_name: str, problem_hash: str,
-           solution_name: str, data: dict[str, Any], idempotency_key: str | None, device: str | None = None) -> Accepted:
-    """Write the submission and its queued audit; the audit is sent to its queue when `uow` commits."""
+           solution_name: str, data: dict[str, Any], idempotency_key: str | None, device: str | None = None,
+           token_stats: AcceptedTokenStats | None = None) -> Accepted:
+    """Write the submission (with its token statistics, if any) and its queued audit; the audit is sent to its
+    queue when `uow` commits."""
     session = uow.session
     device = device or settings.device
     digest = source_hash(data)
+    stats_sha256 = token_stats.sha256 if token_stats is not None else None
     if idempotency_key:
         existing = repository.by_idempotency_key(session, principal.key_id, idempotency_key)
         if existing is not None:
-            return _replay(session, existing, digest)
+            return _replay(session, existing, digest, stats_sha256)
     sub = Submission(problem_name=problem_name, api_key_id=principal.key_id, submitter=principal.submitter,
                      solution_name=solution_name, source=data, source_hash=digest, idempotency_key=idempotency_key)
     session.add(sub)
@@ -79,7 +84,12 @@ def submit(uow: UnitOfWork, settings: Settings, principal: Principal, *, problem
         existing = repository.by_idempotency_key(session, principal.key_id, idempotency_key) if idempotency_key else None
         if existing is None:
             raise
-        return _replay(session, existing, digest)
+        return _replay(session, existing, digest, stats_sha256)
+    if token_stats is not None:
+        session.add(SubmissionTokenStats(
+            submission_id=sub.id, kind=token_stats.kind, requested_kind=token_stats.requested_kind, format=token_stats.format,
+            key=token_stats.key, entries=token_stats.entries, size_bytes=token_stats.size_bytes, sha256=token_stats.sha256,
+            data=token_stats.data))
     events.submission_received(session, sub, audit)
     uow.enqueue(audit)
     return Accepted(sub.id, audit.id, audit.status, False, audits.queue_position(session, audit))
@@ -97,9 +107,12 @@ def status(session: Session, sub: Submission) -> SubmissionStatus:
     now = utcnow()
     attempts = [attempt_out(a, rows, now) for a, rows in repository.audits_with_stages(session, sub.id)]
     latest = attempts[-1]
+    stats = repository.token_stats_of(session, sub.id)
     return SubmissionStatus(
         id=sub.id, problem=sub.problem_name, solution_name=sub.solution_name, submitter=sub.submitter, source_hash=sub.source_hash,
         created_at=sub.created_at, attempts=attempts, **latest.model_dump(include=set(AuditView.model_fields)),
+        token_stats=None if stats is None else token_stats_view(
+            stats.format, stats.requested_kind, stats.kind, stats.key, stats.entries, stats.size_bytes, stats.sha256),
     )
 
 

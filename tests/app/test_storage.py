@@ -32,7 +32,7 @@ from app.submissions import service as submissions
 from worker.catalogue import load_catalogue
 
 TABLES = {"problems", "api_keys", "submissions", "audits", "stage_results", "webhook_endpoints", "webhook_deliveries",
-          "webhook_attempts", "leaderboard_entries"}
+          "webhook_attempts", "leaderboard_entries", "submission_token_stats"}
 
 
 @pytest.mark.parametrize("backend", ["sqlite", "postgres"])

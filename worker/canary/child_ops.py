@@ -12,7 +12,7 @@ import torch
 
 from worker.canary.binding import Kernel, OpBinding
 from worker.canary.profiles import CanaryProfile
-from worker.canary.train import train as run_training
+from worker.canary.stacked import train_stacked
 from worker.sandbox.harness import HarnessState, alloc_outputs, invoke
 
 
@@ -38,19 +38,22 @@ def submission_kernel(state: HarnessState) -> Kernel:
 
 
 def train(state: HarnessState, payload: dict[str, Any]) -> dict[str, Any]:
+    """One run per optimiser in `optimizers`, all with the submission at the site, trained together
+    (worker.canary.stacked); `runs` holds each one's losses and checkpoint weights, in that order."""
     if payload.get("threads"):
         torch.set_num_threads(int(payload["threads"]))
     p = CanaryProfile.model_validate(payload["profile"])
     binding = OpBinding.model_validate(payload["binding"])
+    opts = [str(o) for o in payload["optimizers"]]
+    if not opts or any(o not in ("sgd", "adamw") for o in opts):
+        raise ValueError(f"unknown optimisers {opts}")
     torch.manual_seed(int(payload["seed"]))
-    out = run_training(
-        p, binding, submission_kernel(state), payload["init"], payload["batches"], payload["optimizer"], state.device,
-        tuple(int(s) for s in payload["checkpoints"]),
-    )
-    steps = sorted(out.checkpoints)
-    return {
-        "ok": True,
-        "losses": out.losses,
-        "checkpoint_steps": steps,
-        "checkpoint_states": [out.checkpoints[s] for s in steps],
-    }
+    kernel = submission_kernel(state)
+    outs = train_stacked(p, binding, [kernel] * len(opts), payload["init"], payload["batches"], opts,  # type: ignore[arg-type]
+                         state.device, tuple(int(s) for s in payload["checkpoints"]))
+    runs = []
+    for opt, out in zip(opts, outs):
+        steps = sorted(out.checkpoints)
+        runs.append({"optimizer": opt, "losses": out.losses, "checkpoint_steps": steps,
+                     "checkpoint_states": [out.checkpoints[s] for s in steps]})
+    return {"ok": True, "runs": runs}

@@ -44,8 +44,6 @@ class CanaryProfile(BaseModel):
     loss_floor: float = Field(description="... and above this many nats, whichever is larger")
     autocast_bf16: bool = False
     threads: int | None = Field(None, description="torch intra-op threads for every run (None: leave as is); 1 avoids spin-wait contention on shared CPUs")
-    parallel_optimizers: bool = Field(False, description="the parent trains each optimiser's stacked runs in its own thread "
-                                      "(and CUDA stream); on a shared 2-core CPU the threads' contention made the stage slower")
     child_timeout_s: float = 300.0
 
 
@@ -90,7 +88,6 @@ GPU = CanaryProfile(
     repeat_runs=1,
     loss_floor=0.1,
     autocast_bf16=True,
-    parallel_optimizers=True,
     child_timeout_s=300.0,
 )
 

@@ -105,27 +105,56 @@ def _member_state(params: Params, m: int) -> State:
     return {name: t[m].detach().to("cpu", copy=True) for name, t in params.items()}
 
 
+def _groups(opts: Sequence[Optimizer]) -> list[tuple[Optimizer, list[int]]]:
+    """Members by optimiser, in first-seen order: [(optimiser, member indices)]."""
+    out: dict[Optimizer, list[int]] = {}
+    for m, o in enumerate(opts):
+        out.setdefault(o, []).append(m)
+    return list(out.items())
+
+
 def train_stacked(
     p: CanaryProfile,
     binding: OpBinding,
     kernels: Sequence[Kernel],
     init: State,
     batches: torch.Tensor,
-    opt: Optimizer,
+    opt: Optimizer | Sequence[Optimizer],
     device: torch.device | str,
     checkpoints: tuple[int, ...] | None = None,
     stop: threading.Event | None = None,
 ) -> list[TrainOutput]:
     """worker.canary.train.train for every kernel at once: one TrainOutput per kernel, in order.
 
+    `opt` is one optimiser for every member, or one per member: members of one optimiser hold their weights
+    in one stacked tensor per parameter, updated by one torch.optim optimiser; the model sees every member's
+    weights concatenated, so the trusted layers still run once for all (SGD and AdamW runs in one pass: on a
+    GPU a model this small is bound by kernel launches, not arithmetic).
     `stop`, once set, ends the training at the next step with CanaryStopped (its caller is unwinding)."""
     device = torch.device(device)
     k = len(kernels)
     if k == 0:
         return []
-    params = stack_params(p, binding, init, k, device)
-    model = StackedDecoder(p, binding, [KernelOps(binding, kern) for kern in kernels], params)
-    optim = make_optimizer(p, opt, list(params.values()))
+    opts = [opt] * k if isinstance(opt, str) else list(opt)
+    if len(opts) != k:
+        raise ValueError(f"{k} kernels but {len(opts)} optimisers")
+    groups = _groups(opts)
+    order = [m for _, members in groups for m in members]  # stacked position -> member
+    group_params = [stack_params(p, binding, init, len(members), device) for _, members in groups]
+    optims = [make_optimizer(p, o, list(gp.values())) for (o, _), gp in zip(groups, group_params)]
+    ops = [KernelOps(binding, kernels[m]) for m in order]
+
+    def joined() -> Params:
+        if len(group_params) == 1:
+            return group_params[0]
+        return {name: torch.cat([gp[name] for gp in group_params]) for name in group_params[0]}  # type: ignore[misc]
+
+    def member_state(m: int) -> State:
+        for (_, members), gp in zip(groups, group_params):
+            if m in members:
+                return _member_state(gp, members.index(m))
+        raise KeyError(m)
+
     keep = set(checkpoints if checkpoints is not None else p.checkpoints)
     outs = [TrainOutput(losses=[]) for _ in range(k)]
     live = list(range(k))  # members not yet diverged
@@ -135,24 +164,28 @@ def train_stacked(
         if stop is not None and stop.is_set():
             raise CanaryStopped(f"stopped at step {step} of {steps}")
         seq = batches[step].to(device=device, dtype=torch.long)
+        model = StackedDecoder(p, binding, ops, joined())
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=p.autocast_bf16 and device.type == "cuda"):
             losses = model.losses(seq)
-        optim.zero_grad(set_to_none=True)
+        for o in optims:
+            o.zero_grad(set_to_none=True)
         losses.sum().backward()  # members share no weights: each gets exactly its own loss's gradient
         if p.grad_clip > 0:
-            clip_per_member(list(params.values()), p.grad_clip, k)
-        optim.step()
+            for (_, members), gp in zip(groups, group_params):
+                clip_per_member(list(gp.values()), p.grad_clip, len(members))
+        for o in optims:
+            o.step()
         pending.append(losses.detach().float())
         if step + 1 in keep:
             for m in live:
-                outs[m].checkpoints[step + 1] = _member_state(params, m)
+                outs[m].checkpoints[step + 1] = member_state(m)
         if step + 1 in keep or (step + 1) % 25 == 0 or step + 1 == steps:
             history = torch.stack(pending).cpu()
             pending.clear()
             for m in list(live):
-                outs[m].losses.extend(history[:, m].tolist())
+                outs[m].losses.extend(history[:, order.index(m)].tolist())
                 if not math.isfinite(outs[m].losses[-1]):  # diverged: every later checkpoint is these weights
-                    snap = _member_state(params, m)
+                    snap = member_state(m)
                     for s in keep:
                         if s > step + 1:
                             outs[m].checkpoints[s] = snap

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from worker.formats import Definition, Workload
 from worker.inputs import Case, build_case
@@ -43,6 +43,16 @@ class GenContext:
     # the user's token statistics: real-text ids come from them instead of the built-in corpus
     token_stats: LoadedTokenStats | None = None
     notes: list[str] | None = None
+    # large float draws come from this generator when given (the audit's GPU: a second, not a minute, on the CPU)
+    bulk: torch.Generator | None = None
+
+    def randn(self, *shape: int) -> torch.Tensor:
+        """Standard normals for a float input, on the CPU; fp64 only for an fp64 input (fp32 is half the work and is
+        rounded to the input's dtype anyway)."""
+        dtype = torch.float64 if self.dtype == torch.float64 else torch.float32
+        if self.bulk is not None:
+            return torch.randn(shape, generator=self.bulk, dtype=dtype, device=self.bulk.device).to("cpu", torch.float64)
+        return torch.randn(shape, generator=self.gen, dtype=dtype).to(torch.float64)
 
     def axis(self, axis: str) -> int:
         if axis not in self.axes:
@@ -116,6 +126,30 @@ class FromAxisParams(_Params):
     axis: str
 
 
+class UniformIntParams(_Params):
+    low: int = 0
+    high: int | None = Field(None, description="exclusive upper end; or high_axis")
+    high_axis: str | None = Field(None, description="the axis whose size is the exclusive upper end")
+
+    @model_validator(mode="after")
+    def _one_high(self) -> "UniformIntParams":
+        if (self.high is None) == (self.high_axis is None):
+            raise ValueError("give exactly one of high and high_axis")
+        return self
+
+
+class OffsetRowsParams(_Params):
+    std: float = Field(1.0, gt=0, description="the spread within a row")
+    min_ratio: float = Field(1e3, gt=0, description="smallest |row mean| / std")
+    max_ratio: float = Field(1e4, gt=0, description="largest |row mean| / std")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> "OffsetRowsParams":
+        if self.max_ratio < self.min_ratio:
+            raise ValueError("max_ratio is below min_ratio")
+        return self
+
+
 # --- token ids --------------------------------------------------------------
 
 
@@ -171,6 +205,20 @@ def real_text_ids(ctx: GenContext, p: IdsParams) -> torch.Tensor:
     return _as_ids(ctx, _real_text_flat(ctx, ctx.axis(p.high_axis)))
 
 
+def uniform_int(ctx: GenContext, p: UniformIntParams) -> torch.Tensor:
+    """Integers uniform in [low, high): an integer input whose realistic range the axes do not carry, e.g. token
+    positions near the end of a 1M-token context (low 900000, high 1000000)."""
+    high = p.high if p.high is not None else ctx.axis(p.high_axis or "")
+    if high <= p.low:
+        raise ctx.fail(f"empty range [{p.low}, {high})")
+    flat = torch.randint(p.low, high, (ctx.numel,), generator=ctx.gen, dtype=torch.int64)
+    ids = _as_ids(ctx, flat)
+    info = torch.iinfo(ctx.dtype)
+    if p.low < info.min or high - 1 > info.max:
+        raise ctx.fail(f"[{p.low}, {high}) does not fit {ctx.dtype}")
+    return ids
+
+
 def hot_id(ctx: GenContext, p: HotIdParams) -> torch.Tensor:
     high = ctx.axis(p.high_axis)
     ids = _uniform_flat(ctx, high)
@@ -208,7 +256,7 @@ def _as_float(ctx: GenContext, values: torch.Tensor) -> torch.Tensor:
 
 
 def normal(ctx: GenContext, p: NormalParams) -> torch.Tensor:
-    z = torch.randn((ctx.numel,), generator=ctx.gen, dtype=torch.float64)
+    z = ctx.randn(ctx.numel)
     return _as_float(ctx, z * p.std + p.mean)
 
 
@@ -218,14 +266,32 @@ def zero_rows(ctx: GenContext, p: ZeroRowsParams) -> torch.Tensor:
         raise ctx.fail("zero_rows needs a tensor of rank 2 or more")
     width = ctx.shape[-1]
     rows = ctx.numel // max(width, 1)
-    z = torch.randn((rows, width), generator=ctx.gen, dtype=torch.float64) * p.std
+    z = ctx.randn(rows, width) * p.std
     dead = torch.randperm(rows, generator=ctx.gen)[: max(1, round(p.fraction * rows))]
     z[dead] = 0.0
     return _as_float(ctx, z)
 
 
+def offset_rows(ctx: GenContext, p: OffsetRowsParams) -> torch.Tensor:
+    """Rows (the last dim) of normal(0, std) noise, each around its own offset: |offset| / std drawn log-uniformly in
+    [min_ratio, max_ratio], with a random sign per row. Un-centred activations whose mean dwarfs their spread (a
+    large DC component in a residual stream, a feature with a large bias): statistics that cancel, such as a one-pass
+    variance E[x^2] - E[x]^2, lose about ratio^2 * u of the variance (u: the unit roundoff they are computed in).
+    In a low-precision input dtype a spread below the offset's ulp rounds a row to a few levels (bf16 keeps the
+    spread intact up to a ratio of about 2^8); the kernel and the oracle both see those rounded values."""
+    if ctx.shape is None or len(ctx.shape) < 1:
+        raise ctx.fail("offset_rows needs a tensor")
+    width = ctx.shape[-1]
+    rows = ctx.numel // max(width, 1)
+    lo, hi = math.log(p.min_ratio), math.log(p.max_ratio)
+    ratio = torch.exp(lo + (hi - lo) * torch.rand((rows, 1), generator=ctx.gen, dtype=torch.float64))
+    sign = torch.where(torch.rand((rows, 1), generator=ctx.gen) < 0.5, -1.0, 1.0).to(torch.float64)
+    z = ctx.randn(rows, width)
+    return _as_float(ctx, p.std * (z + sign * ratio))
+
+
 def positive(ctx: GenContext, p: PositiveParams) -> torch.Tensor:
-    z = torch.randn((ctx.numel,), generator=ctx.gen, dtype=torch.float64)
+    z = ctx.randn(ctx.numel)
     return _as_float(ctx, z.abs() * p.scale)
 
 
@@ -241,7 +307,7 @@ def shared_direction(ctx: GenContext, p: SharedDirectionParams) -> torch.Tensor:
     width = ctx.numel // n
     directions = torch.randn((int(flat_ids.max()) + 1, width), generator=ctx.gen, dtype=torch.float64)
     magnitude = 0.5 + torch.rand((n, 1), generator=ctx.gen, dtype=torch.float64)
-    z = torch.randn((n, width), generator=ctx.gen, dtype=torch.float64)
+    z = ctx.randn(n, width)
     rows = p.std * (magnitude * directions[flat_ids] + p.noise * z)
     return _as_float(ctx, rows)
 
@@ -278,10 +344,12 @@ GENERATORS: dict[str, Generator] = {
     "zipf_ids": Generator(ZipfParams, zipf_ids),
     "real_text_ids": Generator(IdsParams, real_text_ids),
     "hot_id": Generator(HotIdParams, hot_id),
+    "uniform_int": Generator(UniformIntParams, uniform_int),
     "padding_heavy": Generator(PaddingParams, padding_heavy),
     "normal": Generator(NormalParams, normal),
     "positive": Generator(PositiveParams, positive),
     "zero_rows": Generator(ZeroRowsParams, zero_rows),
+    "offset_rows": Generator(OffsetRowsParams, offset_rows),
     "shared_direction": Generator(SharedDirectionParams, shared_direction),
     "scalar": Generator(ScalarParams, scalar),
     "from_axis": Generator(FromAxisParams, from_axis),
@@ -325,9 +393,10 @@ def _workload_inputs(definition: Definition, probe: ProbeSpec, axes: dict[str, i
 
 def build_probe_case(
     definition: Definition, probe: ProbeSpec, profile: str, seed: int, sources: ProbeSources | None = None,
-    notes: list[str] | None = None,
+    notes: list[str] | None = None, device: str = "cpu",
 ) -> Case:
-    """The probe's inputs at the profile's axes, in the definition's input order."""
+    """The probe's inputs at the profile's axes, in the definition's input order (on the CPU; with a GPU `device`,
+    large float draws are made there)."""
     sources = sources or ProbeSources()
     try:
         axes = definition.resolve_axes(probe.axes_for(profile))
@@ -337,12 +406,13 @@ def build_probe_case(
     if unknown:
         raise ProbeInputError(f"probe '{probe.name}': inputs {sorted(unknown)} are not in the definition")
     gen = torch.Generator().manual_seed(seed)
+    bulk = torch.Generator(device=device).manual_seed(seed) if device.startswith("cuda") else None
     done: dict[str, Any] = {}
 
     def context(name: str) -> GenContext:
         spec = definition.inputs[name]
         shape = None if spec.is_scalar else definition.shape_of(spec, axes)
-        return GenContext(probe.name, name, shape, to_torch(spec.dtype), axes, done, gen, sources.token_stats, notes)
+        return GenContext(probe.name, name, shape, to_torch(spec.dtype), axes, done, gen, sources.token_stats, notes, bulk)
 
     for name, g in probe.inputs.items():
         done[name] = generate_input(context(name), g)

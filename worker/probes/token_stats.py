@@ -8,7 +8,11 @@ keyed `histogram`/`counts` is a histogram and an integer array is a sample of id
 Where the probes would draw real-text ids from the built-in English corpus, they draw from these
 statistics instead: a histogram is sampled i.i.d.; a sample is read as a contiguous window (so bursts
 of repeated ids survive). Ids at or above the probe's id range are folded into it (id % high) and
-the count folded is reported.
+the count folded is reported. The canary trains on them too (worker.canary.data.canary_text).
+
+The bytes are read by worker.probes.token_stats_read (no torch), the same reader the API validates an
+upload with at POST: `TokenStats` reads a file (the CLI's --token-stats), `LoadedTokenStats.from_bytes`
+the bytes stored with a submission (the worker).
 """
 
 from __future__ import annotations
@@ -19,11 +23,17 @@ from typing import Literal
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
-_HISTOGRAM_KEYS = ("histogram", "counts", "hist", "frequencies")
+from worker.probes.token_stats_read import (
+    HISTOGRAM_KEYS,
+    Format,
+    Kind,
+    ParsedTokenStats,
+    TokenStatsError,
+    format_of,
+    parse,
+)
 
-
-class TokenStatsError(ValueError):
-    """The token statistics file cannot be read as a histogram or a sample of ids."""
+__all__ = ["HISTOGRAM_KEYS", "LoadedTokenStats", "TokenStats", "TokenStatsError"]
 
 
 class TokenStats(BaseModel):
@@ -35,56 +45,16 @@ class TokenStats(BaseModel):
     key: str | None = Field(None, description="safetensors: the tensor to use (default: the only one)")
 
     def load(self) -> "LoadedTokenStats":
-        tensor, key = _read(self.path, self.key)
-        if tensor.dim() != 1 or tensor.numel() == 0:
-            raise TokenStatsError(f"{self.path}: expected a non-empty 1-D array, got shape {tuple(tensor.shape)}")
-        kind = self.kind
-        if kind == "auto":
-            is_hist = tensor.dtype.is_floating_point or (key or "").lower() in _HISTOGRAM_KEYS
-            kind = "histogram" if is_hist else "sample"
-        if kind == "histogram":
-            weights = tensor.to(torch.float64)
-            if not bool(torch.isfinite(weights).all()) or bool((weights < 0).any()) or float(weights.sum()) <= 0:
-                raise TokenStatsError(f"{self.path}: a histogram needs finite, non-negative counts with a positive sum")
-            return LoadedTokenStats(source=str(self.path), kind="histogram", values=weights)
-        if tensor.dtype.is_floating_point or tensor.dtype == torch.bool:
-            raise TokenStatsError(f"{self.path}: a sample of token ids must be an integer array, not {tensor.dtype}")
-        ids = tensor.to(torch.int64)
-        if bool((ids < 0).any()):
-            raise TokenStatsError(f"{self.path}: token ids must be >= 0")
-        return LoadedTokenStats(source=str(self.path), kind="sample", values=ids)
-
-
-def _read(path: Path, key: str | None) -> tuple[torch.Tensor, str | None]:
-    if not path.is_file():
-        raise TokenStatsError(f"{path}: no such file")
-    suffix = path.suffix.lower()
-    if suffix == ".npy":
-        import numpy as np
-
         try:
-            array = np.load(path, allow_pickle=False)
-        except (ValueError, OSError) as err:
-            raise TokenStatsError(f"{path}: not a readable .npy array ({err})") from err
-        if array.dtype.kind not in "iuf":
-            raise TokenStatsError(f"{path}: dtype {array.dtype} is neither integer nor floating")
-        return torch.from_numpy(array.astype(np.float64 if array.dtype.kind == "f" else np.int64)), None
-    if suffix == ".safetensors":
-        from safetensors import SafetensorError
-        from safetensors.torch import load_file
-
-        try:
-            tensors = load_file(str(path))
-        except (SafetensorError, OSError) as err:
-            raise TokenStatsError(f"{path}: not a readable safetensors file ({err})") from err
-        if key is None:
-            if len(tensors) != 1:
-                raise TokenStatsError(f"{path}: holds {sorted(tensors)}; name the tensor to use")
-            key = next(iter(tensors))
-        if key not in tensors:
-            raise TokenStatsError(f"{path}: no tensor '{key}' (has {sorted(tensors)})")
-        return tensors[key], key
-    raise TokenStatsError(f"{path}: expected a .npy or .safetensors file")
+            fmt = format_of(self.path)
+            if not self.path.is_file():
+                raise TokenStatsError("no such file")
+            data = self.path.read_bytes()
+        except TokenStatsError as err:
+            raise TokenStatsError(f"{self.path}: {err}", err.field) from None
+        except OSError as err:
+            raise TokenStatsError(f"{self.path}: cannot read it ({err.strerror or err})") from err
+        return LoadedTokenStats.from_bytes(data, fmt, self.kind, self.key, source=str(self.path))
 
 
 class LoadedTokenStats(BaseModel):
@@ -94,6 +64,21 @@ class LoadedTokenStats(BaseModel):
     source: str
     kind: Literal["histogram", "sample"]
     values: torch.Tensor
+
+    @classmethod
+    def from_bytes(cls, data: bytes, fmt: Format, kind: Kind = "auto", key: str | None = None, *,
+                   source: str) -> "LoadedTokenStats":
+        """The statistics in `data` (a .npy or .safetensors file's bytes); TokenStatsError names what is wrong,
+        prefixed by `source`."""
+        try:
+            parsed = parse(data, fmt, kind, key)
+        except TokenStatsError as err:
+            raise TokenStatsError(f"{source}: {err}", err.field) from None
+        return cls.from_parsed(parsed, source=source)
+
+    @classmethod
+    def from_parsed(cls, parsed: ParsedTokenStats, *, source: str) -> "LoadedTokenStats":
+        return cls(source=source, kind=parsed.kind, values=torch.from_numpy(parsed.values))
 
     def draw(self, n: int, high: int, gen: torch.Generator) -> tuple[torch.Tensor, int]:
         """`n` ids in [0, high) and how many were folded into range (id % high)."""

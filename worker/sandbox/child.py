@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from worker import generated
 from worker.canary import child_ops as canary_ops
 from worker.numerics import timing
 from worker.sandbox import framing, harness, spill
@@ -64,16 +65,22 @@ def _plain(t: Any) -> torch.Tensor:
 
 def op_call(state: HarnessState, payload: dict[str, Any]) -> dict[str, Any]:
     args = harness.prepare_args(state, payload)
+    # inputs made here from recipes go back as digests, before (what was made) and after the call (mutation)
+    made = [i for i, a in enumerate(payload["args"]) if generated.is_wire(a)]
+    made_digests = {i: generated.digest(args[i]) for i in made}
     outs = harness.alloc_outputs(state, payload["outputs"], payload.get("poison"))
     results = harness.invoke(state, args, outs)
     state.sync()
     exact_types = [type(r) is torch.Tensor for r in results]
+    after = [generated.digest_wire(a) if i in made_digests else _plain(a) if isinstance(a, torch.Tensor) else a
+             for i, a in enumerate(args)]
     return {
         "ok": True,
         "tampered": state.tampered(),
         "outputs": [_plain(r) for r in results],
         "exact_tensor_types": exact_types,
-        "args_after": [_plain(a) if isinstance(a, torch.Tensor) else a for a in args],
+        "args_after": after,
+        "made_digests": [made_digests[i] for i in made],
     }
 
 
@@ -84,15 +91,19 @@ def op_time(state: HarnessState, payload: dict[str, Any]) -> dict[str, Any]:
     flat = payload["args"]
     # without `n_args` all of `args` is one input set, reused by every call (the GPU measurement scripts' way)
     n_args = int(payload.get("n_args", len(flat)))
+    # every input set is made (recipes) or placed on the device before the first timed call
     cases = [harness.prepare_args(state, {"args": flat[i:i + n_args], "noncontiguous": payload.get("noncontiguous", [])})
              for i in range(0, len(flat), n_args)] if n_args else [[]]
+    check = {int(i) for i in payload.get("check", [])}
+    # the checked calls' inputs made here from recipes, as digests (the parent compares them with its own)
+    made_digests = [[generated.digest(cases[c][j]) for j in range(n_args) if generated.is_wire(flat[c * n_args + j])]
+                    for c in sorted(check) if n_args and c < len(cases)]
     cfg = timing.TimingConfig(warmup=int(payload["warmup"]), reps=int(payload["reps"]),
                               flush_l2=bool(payload.get("flush_l2", True)))
     if 1 < len(cases) < cfg.reps:
         raise ValueError(f"{cfg.reps} timed calls need as many input sets, got {len(cases)}")
     # warm-up calls run on an input set of their own when one is given (so no timed call repeats one)
     spare = cases[cfg.reps] if len(cases) > cfg.reps else cases[0]
-    check = {int(i) for i in payload.get("check", [])}
     current: list[list[torch.Tensor]] = [[]]
     kept: dict[int, list[Any]] = {}
 
@@ -108,7 +119,7 @@ def op_time(state: HarnessState, payload: dict[str, Any]) -> dict[str, Any]:
                             event=state.pristine["torch.cuda.Event"], elapsed=state.pristine["torch.cuda.Event.elapsed_time"])
     outputs = [_plain(r) for i in sorted(kept) for r in kept[i]]
     return {"ok": True, **sample.model_dump(exclude_none=True), "outputs": outputs, "checked": sorted(kept),
-            "tampered": state.tampered()}
+            "tampered": state.tampered(), "made_digests": made_digests}
 
 
 # every op the child serves: name -> (state, payload) -> reply

@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 
+from worker import generated
 from worker.numerics import timing
 
 _POISON_INT = -(2**31) + 7
@@ -70,6 +71,8 @@ def prepare_args(state: HarnessState, payload: dict[str, Any]) -> list[Any]:
     noncontig = set(payload.get("noncontiguous", []))
     args = []
     for i, a in enumerate(payload["args"]):
+        if generated.is_wire(a):  # a random input made here from its recipe (worker.generated)
+            a = generated.from_wire(a, state.device)
         if isinstance(a, torch.Tensor):
             t = a.to(state.device)
             if i in noncontig and t.dim() >= 1:

@@ -21,6 +21,7 @@ from typing import Any
 import torch
 from pydantic import BaseModel
 
+from worker import generated
 from worker.catalogue import Problem, Profile
 from worker.context import AuditContext
 from worker.formats import Definition, Workload
@@ -148,11 +149,30 @@ def _check_round(
     return comparisons
 
 
+def _check_made(made: list[list[torch.Tensor]], digests: object, where: str) -> None:
+    """The inputs the child made from recipes must be the ones this process made: their digests agree.
+
+    A mismatch is the auditor's problem (a child on another card or torch build) or a forger's; either way no
+    output can be judged against this process's reference, and the stage is inconclusive, not failed."""
+    want = [[generated.digest(t) for t in group] for group in made]
+    if not want or all(not g for g in want):
+        return
+    if digests != want:
+        raise _Failure(
+            f"{where}: the inputs the sandbox made from their seeds are not the ones this process made "
+            "(another GPU or torch build in the sandbox, or a tampered generator); the outputs cannot be judged",
+            StageStatus.error,
+        )
+
+
 def _inputs_mutated(definition: Definition, args: list[Any], reply: dict[str, Any]) -> list[str]:
     after = reply.get("args_after") or []
     mutated = []
     for name, before, now in zip(definition.inputs, args, after):
-        if isinstance(before, torch.Tensor) and isinstance(now, torch.Tensor):
+        if isinstance(before, torch.Tensor) and generated.is_digest(now):  # made in the child: compared by digest
+            if now[generated.DIGEST_KEY] != generated.digest(before):
+                mutated.append(name)
+        elif isinstance(before, torch.Tensor) and isinstance(now, torch.Tensor):
             if now.shape != before.shape or now.dtype != before.dtype or not torch.equal(now, before):
                 mutated.append(name)
     return mutated
@@ -177,6 +197,7 @@ def run(ctx: AuditContext) -> StageResult:
     if not workloads:
         return StageResult(name=NAME, status=StageStatus.error, summary=f"no {ctx.profile} workloads for {problem.name}")
     mutated: set[str] = set()
+    remote = ctx.makes_inputs_in_child
     sb = ctx.sandbox()
     try:
         tols = {w.uuid: tolerance_for(problem, w) for w in workloads}
@@ -186,16 +207,21 @@ def run(ctx: AuditContext) -> StageResult:
                 ctx.progress(f"benchmark: {where}")
                 seed = ctx.derive_seed("benchmark", w.uuid, r)
                 seeds[w.uuid].append(seed)
-                case = build_case(definition, ctx.reference, w, seed, folder=problem.folder)
+                # on a GPU both sides make the random inputs on the device from their recipes (worker.generated)
+                case = build_case(definition, ctx.reference, w, seed, folder=problem.folder, device=ctx.device, lazy=remote)
+                wire = case.wire_args(definition)
+                made = sorted(case.recipes(definition))
                 args = case.args(definition)
                 ref = reference_outputs(ctx, args)
                 reply = _request(
                     sb,
                     ctx,
                     "call",
-                    {"args": args, "outputs": case.output_specs(definition), "poison": float("nan")},
+                    {"args": wire, "outputs": case.output_specs(definition), "poison": float("nan")},
                     where,
                 )
+                if made:
+                    _check_made([[args[i] for i in made]], [reply.get("made_digests")], where)
                 mutated.update(_inputs_mutated(definition, args, reply))
                 for c in _check_round(definition, case, reply, ref, tols[w.uuid], where):
                     stats[w.uuid].add(c)
@@ -251,15 +277,16 @@ def _time(ctx: AuditContext, sb: Sandbox, metrics: dict[str, Any], evidence: dic
     evidence["timing_seed"] = seed
     where = f"timing on workload {w.uuid}"
     ctx.progress(f"benchmark: {where}")
-    first = build_case(definition, ctx.reference, w, seed, folder=problem.folder)
-    first_args = first.args(definition)
-    case_bytes = sum(a.nbytes for a in first_args if isinstance(a, torch.Tensor))
-    out_bytes = sum(math.prod(o["shape"]) * to_torch(o["dtype"]).itemsize for o in first.output_specs(definition))
     gpu = ctx.device.startswith("cuda")
+    # on the GPU the input sets stay recipes: the child makes them on its device, this process only the ones it checks
+    first = build_case(definition, ctx.reference, w, seed, folder=problem.folder, device=ctx.device, lazy=gpu)
+    case_bytes = first.nbytes(definition)
+    out_bytes = sum(math.prod(o["shape"]) * to_torch(o["dtype"]).itemsize for o in first.output_specs(definition))
     # one input set per call; on the GPU one more for the warm-up calls
     calls = min(cfg.reps, max(1, TIMING_POOL_BYTES // max(1, case_bytes))) + 1 if gpu else cfg.warmup + cfg.reps
     cases = [first] + [build_case(definition, ctx.reference, w, ctx.derive_seed("benchmark", "timing", w.uuid, i),
-                                  folder=problem.folder) for i in range(1, calls)]
+                                  folder=problem.folder, device=ctx.device, lazy=gpu)
+                       for i in range(1, calls)]
     tol = tolerance_for(problem, w)
     timing: dict[str, Any] = {"workload": w.uuid, "warmup": cfg.warmup, "fresh_inputs": len(cases)}
     metrics["timing"] = timing
@@ -282,7 +309,7 @@ def _time(ctx: AuditContext, sb: Sandbox, metrics: dict[str, Any], evidence: dic
                   kernel_times_ms=kernel.times_ms if len(kernel.times_ms) <= 20 else None)
     metrics.update(kernel_median_ms=kernel.median_ms)
     clock_note = f"{CLOCK_LABEL[kernel.clock]}, median of {len(kernel.times_ms)}, workload {w.uuid}"
-    ref = _time_reference(ctx, first_args, cfg)
+    ref = _time_reference(ctx, first.args(definition), cfg)
     if ref is None:
         return (f"{kernel.median_ms:.4f} ms ({clock_note}); no speedup: the uploaded reference runs in its own sandbox, "
                 "whose round trips are not comparable with CUDA events")
@@ -354,12 +381,13 @@ def _time_in_child(ctx: AuditContext, sb: Sandbox, cases: list[Case], cfg: Timin
                    where: str, timing: dict[str, Any]) -> tuple[TimingSample, list[str]]:
     """GPU: one request times every case once with CUDA events in the child; the parent checks what it can."""
     definition = ctx.problem.definition
-    all_args = [c.args(definition) for c in cases]
+    wire = [c.wire_args(definition) for c in cases]  # before this process makes any of them
+    made = [sorted(c.recipes(definition)) for c in cases]
     reps = len(cases) - 1  # the last input set is the warm-up calls'
     check = sorted(random.Random(seed).sample(range(reps), min(TIMING_CHECKS, reps)))
     timing["checked_calls"] = check
     payload = {
-        "args": [a for args in all_args for a in args], "n_args": len(all_args[0]),
+        "args": [a for args in wire for a in args], "n_args": len(wire[0]),
         "outputs": cases[0].output_specs(definition), "poison": float("nan"), "check": check,
         "warmup": cfg.warmup, "reps": reps, "flush_l2": cfg.flush_l2,
     }
@@ -382,9 +410,11 @@ def _time_in_child(ctx: AuditContext, sb: Sandbox, cases: list[Case], cfg: Timin
     n_out = len(definition.outputs)
     if reply.get("checked") != check or not isinstance(outs, list) or len(outs) != n_out * len(check):
         raise _Failure(f"{where}: the timed calls' outputs did not come back as asked (calls {check})")
+    checked_args = {i: cases[i].args(definition) for i in check}
+    _check_made([[checked_args[i][j] for j in made[i]] for i in check], reply.get("made_digests"), where)
     for k, i in enumerate(check):
         one = {"outputs": outs[k * n_out:(k + 1) * n_out]}
-        _check_round(definition, cases[i], one, reference_outputs(ctx, all_args[i]), tol, f"{where}, timed call {i + 1}")
+        _check_round(definition, cases[i], one, reference_outputs(ctx, checked_args[i]), tol, f"{where}, timed call {i + 1}")
     host_ok = isinstance(host, list) and len(host) == len(times) and all(isinstance(t, float) and math.isfinite(t) for t in host)
     sample = TimingSample(times_ms=times, clock=clock, host_times_ms=host if host_ok else None)
     return sample, [str(t) for t in reply.get("tampered", [])]

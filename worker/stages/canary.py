@@ -16,7 +16,7 @@ import torch
 
 from worker.canary import judge
 from worker.canary.binding import CanaryUnsupported, Kernel, OpBinding, bind
-from worker.canary.data import draw_batches, heldout_set, split
+from worker.canary.data import canary_text
 from worker.canary.model import init_state
 from worker.canary.profiles import CanaryProfile, Optimizer, profile_for
 from worker.canary.stacked import parent_thread, train_stacked
@@ -83,9 +83,8 @@ def _run(ctx: AuditContext, p: CanaryProfile, binding: OpBinding) -> StageResult
     t0 = time.perf_counter()
     device = ctx.device
     seed = ctx.derive_seed("canary")
-    train_ids, held_ids = split(p.vocab_size, p.heldout_fraction)
-    batches = draw_batches(train_ids, p.steps, p.batch_size, p.seq_len, seed)
-    held = heldout_set(held_ids, p.heldout_sequences, p.seq_len)
+    text = canary_text(p, seed, ctx.problem.token_stats)  # the built-in text, or the user's token statistics
+    batches, held = text.batches, text.heldout
     init = init_state(p, binding.site, seed)
     ref: Kernel = reference_kernel(ctx.reference.run_fn)
     steps = [s for s in p.checkpoints if s <= p.steps]
@@ -94,67 +93,70 @@ def _run(ctx: AuditContext, p: CanaryProfile, binding: OpBinding) -> StageResult
     def evaluate(states: dict[int, State]) -> list[float]:
         return [heldout_loss(p, binding.site, states[s], held, device) for s in steps]
 
-    # the parent's runs of one optimiser train together, stacked: the reference, its reruns, its 1-ulp perturbations;
-    # with p.parallel_optimizers (GPU), each optimiser in its own thread and CUDA stream, next to the submission's process
+    # every parent run trains together, stacked, in one pass (worker.canary.stacked): per optimiser the reference,
+    # its reruns and its 1-ulp perturbations; meanwhile the submission trains one run per optimiser in its process
     null_kinds = ["rerun"] * p.repeat_runs + ["perturbed_1ulp"] * p.perturbed_runs
-    stop = threading.Event()  # set when this stage unwinds early: the threads' training stops at its next step
+    per_opt = 1 + len(null_kinds)
+    kernels: list[Kernel] = []
+    for _opt in p.optimizers:
+        kernels += [ref] * (1 + p.repeat_runs) + [perturbed_kernel(ref, seed + 1000 + i, device) for i in range(p.perturbed_runs)]
+    member_opts = [opt for opt in p.optimizers for _ in range(per_opt)]
+    stop = threading.Event()  # set when this stage unwinds early: the parent's training stops at its next step
 
-    def parent_runs(opt: Optimizer) -> dict[str, Any]:
-        kernels: list[Kernel] = [ref] * (1 + p.repeat_runs) + [
-            perturbed_kernel(ref, seed + 1000 + i, device) for i in range(p.perturbed_runs)
-        ]
+    def parent_runs() -> dict[Optimizer, dict[str, Any]]:
         with parent_thread(device, p.threads):
             t = time.perf_counter()
-            outs = train_stacked(p, binding, kernels, init, batches, opt, device, tuple(steps), stop=stop)
-            trained = time.perf_counter() - t
+            outs = train_stacked(p, binding, kernels, init, batches, member_opts, device, tuple(steps), stop=stop)
+            timings["parent_train_s"] = round(time.perf_counter() - t, 2)
+            t = time.perf_counter()
             evals = [evaluate(o.checkpoints) for o in outs]
-        return {"eval": evals[0], "train": outs[0].losses, "states": outs[0].checkpoints, "nulls": evals[1:],
-                "null_kinds": null_kinds, "train_s": round(trained, 2), "total_s": round(time.perf_counter() - t, 2)}
+            timings["parent_eval_s"] = round(time.perf_counter() - t, 2)
+        runs: dict[Optimizer, dict[str, Any]] = {}
+        for j, opt in enumerate(p.optimizers):
+            first = j * per_opt
+            runs[opt] = {"eval": evals[first], "train": outs[first].losses, "states": outs[first].checkpoints,
+                         "nulls": evals[first + 1:first + per_opt], "null_kinds": null_kinds}
+        return runs
 
     # the submission trains in its own process while this one runs the reference and the nulls
     sandbox = ctx.sandbox()
 
-    def submission_runs() -> dict[str, tuple[dict[str, Any], float]]:
-        replies = {}
-        for opt in p.optimizers:
-            t = time.perf_counter()
-            reply = sandbox.request(
-                "canary_train",
-                {"profile": p.model_dump(mode="json"), "binding": binding.model_dump(mode="json"), "init": init,
-                 "batches": batches, "optimizer": opt, "checkpoints": steps, "seed": seed, "threads": p.threads or 0},
-                timeout_s=p.child_timeout_s,
-            )
-            replies[opt] = (reply, time.perf_counter() - t)
-        return replies
+    def submission_runs() -> tuple[dict[str, Any], float]:
+        t = time.perf_counter()
+        reply = sandbox.request(
+            "canary_train",
+            {"profile": p.model_dump(mode="json"), "binding": binding.model_dump(mode="json"), "init": init,
+             "batches": batches, "optimizers": list(p.optimizers), "checkpoints": steps, "seed": seed,
+             "threads": p.threads or 0},
+            timeout_s=p.child_timeout_s,
+        )
+        return reply, time.perf_counter() - t
 
     ctx.progress("canary: submission training in its process; reference and null runs here")
     torch.manual_seed(seed)
-    threads = len(p.optimizers) if p.parallel_optimizers else 0
-    with ThreadPoolExecutor(max_workers=1 + threads, thread_name_prefix="canary") as pool:
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="canary") as pool:
         try:
             child = pool.submit(submission_runs)
-            if threads:
-                running = {opt: pool.submit(parent_runs, opt) for opt in p.optimizers}
-                parent = {opt: fut.result() for opt, fut in running.items()}
-            else:
-                parent = {opt: parent_runs(opt) for opt in p.optimizers}
+            parent = parent_runs()
             t = time.perf_counter()
-            replies = child.result()  # a SandboxError from the child propagates (the engine judges it)
+            reply, secs = child.result()  # a SandboxError from the child propagates (the engine judges it)
             timings["waited_for_submission_s"] = round(time.perf_counter() - t, 2)
+            timings["submission_train_s"] = round(secs, 2)
         except BaseException:
             stop.set()
             raise
-    for opt, pr in parent.items():
-        timings[f"parent_{opt}_train_s"] = pr["train_s"]
-        timings[f"parent_{opt}_s"] = pr["total_s"]
+    runs = reply.get("runs")
+    if not isinstance(runs, list) or [r.get("optimizer") if isinstance(r, dict) else None for r in runs] != list(p.optimizers):
+        return StageResult(name=NAME, status=StageStatus.failed,
+                           summary=f"the submission's training sent back no run per optimiser {list(p.optimizers)}")
+    replies = {opt: r for opt, r in zip(p.optimizers, runs)}
     ref_sgd_states: dict[int, State] = parent["sgd"]["states"] if "sgd" in parent else {}
 
     losses: list[judge.LossJudgement] = []
     curves: dict[str, Any] = {}
     t = time.perf_counter()
     for opt in p.optimizers:
-        reply, secs = replies[opt]
-        timings[f"submission_{opt}_s"] = round(secs, 2)
+        reply = replies[opt]
         sub_states = _validate_states(list(reply.get("checkpoint_steps", [])), list(reply.get("checkpoint_states", [])), init)
         missing = [s for s in steps if s not in sub_states]
         if missing:
@@ -258,6 +260,7 @@ def _run(ctx: AuditContext, p: CanaryProfile, binding: OpBinding) -> StageResult
         metrics=metrics,
         evidence={
             "seed": seed,
+            "text": text.evidence,
             "profile": p.model_dump(mode="json"),
             "binding": binding.model_dump(mode="json"),
             "curves": curves,

@@ -82,13 +82,25 @@ def _call(ctx: AuditContext, case: Case, poison: float, noncontiguous: list[int]
 
 
 def _oracle(oracle: Callable[..., Any], case: Case, ctx: AuditContext) -> list[torch.Tensor]:
-    args = [a.clone() if isinstance(a, torch.Tensor) else a for a in case.args(ctx.problem.definition)]
+    """The oracle's outputs (fp64 where floating), computed on the audit's GPU when there is one (an oracle the
+    GPU cannot run in fp64 falls back to the CPU), else on the CPU; they stay where they were computed."""
+    device = ctx.device if ctx.device.startswith("cuda") else "cpu"
+    try:
+        return _oracle_on(oracle, case, ctx, device)
+    except (RuntimeError, NotImplementedError):
+        if device == "cpu":
+            raise
+        return _oracle_on(oracle, case, ctx, "cpu")
+
+
+def _oracle_on(oracle: Callable[..., Any], case: Case, ctx: AuditContext, device: str) -> list[torch.Tensor]:
+    args = [a.to(device, copy=True) if isinstance(a, torch.Tensor) else a for a in case.args(ctx.problem.definition)]
     with torch.no_grad():
         result = oracle(*args)
     outs = list(result) if isinstance(result, (tuple, list)) else [result]
     if len(outs) != len(ctx.problem.definition.outputs):
         raise ValueError(f"the oracle returned {len(outs)} outputs for {len(ctx.problem.definition.outputs)} in the definition")
-    return [o.detach().cpu().to(torch.float64) if o.dtype.is_floating_point else o.detach().cpu() for o in outs]
+    return [o.detach().to(torch.float64) if o.dtype.is_floating_point else o.detach() for o in outs]
 
 
 def _labels(ctx: AuditContext, case: Case, budget: OutputBudget, out: torch.Tensor) -> tuple[torch.Tensor | None, tuple[tuple[int, int | None], ...], str | None]:
@@ -130,6 +142,9 @@ def _measure(ctx: AuditContext, spec_: AuditSpec, case: Case, outs: list[torch.T
         if slack != 1.0:
             budget = budget.model_copy(update={"max_ratio": budget.max_ratio * slack})
         labels, edges, kind = _labels(ctx, case, budget, out)
+        # measured where the oracle's output is (the GPU when the audit has one)
+        out = out.to(oracle.device)
+        labels = labels.to(oracle.device) if labels is not None else None
         result.append(measure_output(name, out, oracle, to_torch(spec.dtype), budget, labels, edges, kind))
     return result
 
@@ -165,7 +180,7 @@ def _run_probe(
     )
     try:
         drawn = _jittered(ctx, probe) if jitter else probe
-        case = build_probe_case(ctx.problem.definition, drawn, ctx.profile, seed, sources, notes)
+        case = build_probe_case(ctx.problem.definition, drawn, ctx.profile, seed, sources, notes, device=ctx.device)
     except ProbeInputError as err:
         outcome.input_error = str(err)
         return outcome, None, None
