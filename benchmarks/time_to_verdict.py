@@ -236,6 +236,7 @@ def main() -> int:
     ap.add_argument("--cold", action="store_true",
                     help="no warm worker: no spare sandbox child and no warm-up audit (each process's first audit pays "
                          "its imports and its child's start)")
+    ap.add_argument("--warmup", default="", help="PROBLEM/SOLUTION each warm worker audits first (default: the first selected)")
     ap.add_argument("--out", required=True, help="FILE.json; FILE.md is written next to it")
     args = ap.parse_args()
     if args.device == "cpu":
@@ -248,13 +249,14 @@ def main() -> int:
         print(f"no example matches {args.only!r} on {args.device}", file=sys.stderr)
         return 2
     ns = [int(x) for x in args.n.split(",") if x.strip()]
+    warmup = tuple(args.warmup.split("/", 1)) if args.warmup else todo[0]
     out = Path(args.out)
     meta: dict[str, Any] = {
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "device": machine(args.device),
         "device_kind": "cuda" if args.device.startswith("cuda") else "cpu", "torch": torch.__version__,
         "stages": list(stages), "examples": [f"{p}/{s}" for p, s in todo], "load_before": [round(x, 2) for x in os.getloadavg()],
         "workers": "cold: a fresh process per worker, no spare child" if args.cold else
-                   f"warm: each worker process ran one warm-up audit ({todo[0][0]}/{todo[0][1]}) and keeps a spare sandbox child",
+                   f"warm: each worker process ran one warm-up audit ({'/'.join(warmup)}) and keeps a spare sandbox child",
     }
     batches: list[dict[str, Any]] = []
 
@@ -279,7 +281,7 @@ def main() -> int:
         with FreeMemoryWatch(args.device) as watch:
             run_jobs(timed_audit, [(p, s, args.device, stages) for p, s in todo], workers=n, budget_s=args.budget_s,
                      on_result=record, initializer=None if args.cold else warm_worker,
-                     initargs=() if args.cold else (args.device, todo[0], stages))
+                     initargs=() if args.cold else (args.device, warmup, stages))
         batch["summary"] = summarise(n, rows, time.perf_counter() - t0, len(todo), watch)
         meta["load_after"] = [round(x, 2) for x in os.getloadavg()]
         write()
