@@ -57,15 +57,16 @@ def fidelity(
     step: int, name: str, out: torch.Tensor, exact: torch.Tensor, budget: OutputBudget | None, counts: torch.Tensor | None
 ) -> list[BucketFidelity]:
     """Normwise error per bucket of the kernel's output vs fp64, as a ratio to the ideal output's."""
-    out_d = out.detach().cpu().double()
-    exact = exact.detach().cpu().double().reshape(out_d.shape)
+    dev = exact.device  # judged where the fp64 result is (the GPU when the audit has one)
+    out_d = out.detach().to(dev).double()
+    exact = exact.detach().double().reshape(out_d.shape)
     ideal = exact.to(out.dtype).double()
     floor = unit_roundoff(out.dtype) / 8
     groups: list[tuple[str, torch.Tensor | None]] = []
     by_rows = budget is not None and budget.group_dims == [0] and counts is not None and out_d.dim() >= 1
     if by_rows:
         assert counts is not None
-        c = counts.cpu()
+        c = counts.to(dev)
         edges = [*COUNT_EDGES, None]
         for lo, hi in zip(edges[:-1], edges[1:]):
             assert lo is not None

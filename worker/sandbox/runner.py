@@ -139,7 +139,7 @@ class Sandbox:
         # a neutral name: with isolation "none" the child sees this folder as its HOME
         if self._isolation == "namespaces" and isolation.bwrap_binary() is None:
             raise SandboxError("isolation 'namespaces' was asked for, but bubblewrap (bwrap) is not installed")
-        self._tmp = tempfile.TemporaryDirectory()
+        self._tmp = tempfile.TemporaryDirectory(dir=spill.host_root())
         host = Path(self._tmp.name)
         c_read, p_write = os.pipe()
         p_read, c_write = os.pipe()

@@ -191,7 +191,8 @@ def _run(ctx: AuditContext, p: CanaryProfile, binding: OpBinding) -> StageResult
             specs = _specs_for(binding, args, ref, device)
             reply = sandbox.request("call", {"args": args, "outputs": specs})
             outs = reply["outputs"]
-            exact = oracle(*args)
+            # the fp64 oracle runs on the audit's device (a loss site's logits are 134M elements)
+            exact = oracle(*[a.to(device) if isinstance(a, torch.Tensor) else a for a in args])
             exact = list(exact) if isinstance(exact, (tuple, list)) else [exact]
             for spec, o, e in zip(binding.outputs, outs, exact):
                 budget = budgets.get(spec.name)
