@@ -104,10 +104,15 @@ def init_state(p: CanaryProfile, site: Site, seed: int) -> dict[str, torch.Tenso
 
 
 def build(p: CanaryProfile, site: Site, state: dict[str, torch.Tensor], device: torch.device | str) -> TinyDecoder:
-    model = TinyDecoder(p, site)
+    """The model with exactly these weights on `device`. Made on the meta device and then given the weights: its own
+    random initialisation (11M parameters on the CPU for the GPU profile) would be thrown away, and a held-out
+    evaluation builds one model per checkpoint and run."""
+    with torch.device("meta"):
+        model = TinyDecoder(p, site)
     expected = {k: v.shape for k, v in model.state_dict().items()}
     got = {k: tuple(v.shape) for k, v in state.items()}
     if set(expected) != set(got) or any(tuple(expected[k]) != got[k] for k in expected):
         raise ValueError("weights do not match the canary model's parameters")
+    model = model.to_empty(device=device)  # the model has no buffers: every tensor is a parameter, set just below
     model.load_state_dict({k: v.float() for k, v in state.items()})
-    return model.to(device)
+    return model
