@@ -48,6 +48,13 @@ class SandboxCrash(SandboxError):
     kind = "crash"
 
 
+class SandboxOutOfMemory(SandboxError):
+    """The device ran out of memory in the child. On a GPU shared by several audits that is the auditor's load as
+    often as the kernel's own appetite, so it is inconclusive, never a kernel failure (nor a pass)."""
+
+    kind = "out_of_memory"
+
+
 class SubmissionError(SandboxError):
     """The submission raised (import error, exception in the kernel, wrong return)."""
 
@@ -139,7 +146,7 @@ class Sandbox:
         # a neutral name: with isolation "none" the child sees this folder as its HOME
         if self._isolation == "namespaces" and isolation.bwrap_binary() is None:
             raise SandboxError("isolation 'namespaces' was asked for, but bubblewrap (bwrap) is not installed")
-        self._tmp = tempfile.TemporaryDirectory(dir=spill.host_root())
+        self._tmp = tempfile.TemporaryDirectory(dir=spill.host_root(self.device))
         host = Path(self._tmp.name)
         c_read, p_write = os.pipe()
         p_read, c_write = os.pipe()
@@ -325,6 +332,9 @@ class Sandbox:
             message = str(reply.get("error", "unknown error"))
             if kind == "harness":
                 raise SandboxError(message, self.log_tail())
+            if message.startswith(("OutOfMemoryError:", "torch.OutOfMemoryError:")):
+                raise SandboxOutOfMemory(f"the device ran out of memory in the submission's process ({message[:300]})",
+                                         str(reply.get("traceback", "")))
             raise SubmissionError(message, str(reply.get("traceback", "")))
         return reply
 

@@ -43,13 +43,15 @@ SHM = "/dev/shm"
 SHM_MIN_FREE = 16 * 1024**3  # memory-backed spill folders only on a host with this much room there
 
 
-def host_root() -> str | None:
-    """Where a sandbox's host folder (and so its spill files) lives: KAUDIT_SPILL_DIR when set, else /dev/shm when
-    it has room (a file there is a memory copy, not a disk write: a 1 GiB output crosses in a fraction of the time),
-    else None, the system's temporary folder."""
+def host_root(device: str) -> str | None:
+    """Where a sandbox's host folder (and so its spill files) lives: KAUDIT_SPILL_DIR when set; for a GPU sandbox,
+    /dev/shm when it has room (a file there is a memory copy, not a disk write: a 1 GiB output crosses in a fraction
+    of the time); else None, the system's temporary folder."""
     explicit = os.environ.get("KAUDIT_SPILL_DIR")
     if explicit:
         return explicit
+    if not device.startswith("cuda"):
+        return None
     try:
         st = os.statvfs(SHM)
     except OSError:

@@ -95,7 +95,7 @@ def _request(sb: Sandbox, ctx: AuditContext, op: str, payload: dict[str, Any], w
     try:
         reply = sb.request(op, payload)
     except SandboxError as err:
-        status = StageStatus.error if err.kind == "sandbox" else StageStatus.failed
+        status = StageStatus.error if err.kind in ("sandbox", "out_of_memory") else StageStatus.failed
         raise _Failure(f"{where}: the kernel failed ({err.kind}): {err}", status, log=err.log[-2000:]) from err
     if not liveness:  # the caller checks later, outside the window it times
         return reply

@@ -191,8 +191,7 @@ def _run(ctx: AuditContext, p: CanaryProfile, binding: OpBinding) -> StageResult
             specs = _specs_for(binding, args, ref, device)
             reply = sandbox.request("call", {"args": args, "outputs": specs})
             outs = reply["outputs"]
-            # the fp64 oracle runs on the audit's device (a loss site's logits are 134M elements)
-            exact = oracle(*[a.to(device) if isinstance(a, torch.Tensor) else a for a in args])
+            exact = _exact(oracle, args, device)
             exact = list(exact) if isinstance(exact, (tuple, list)) else [exact]
             for spec, o, e in zip(binding.outputs, outs, exact):
                 budget = budgets.get(spec.name)
@@ -275,3 +274,12 @@ def _specs_for(binding: OpBinding, args: list[Any], ref: Kernel, device: str) ->
     """Output shapes for a direct call: the reference's outputs on the same arguments give them."""
     outs = ref([a.to(device) if isinstance(a, torch.Tensor) else a for a in args], [{"dtype": s.dtype} for s in binding.outputs])
     return [{"shape": list(o.shape), "dtype": s.dtype} for o, s in zip(outs, binding.outputs)]
+
+
+def _exact(oracle: Any, args: list[Any], device: str) -> Any:
+    """The fp64 oracle on the audit's device (a loss site's logits are 134M elements), or on the CPU where the
+    device has no room for it (a GPU shared by several audits)."""
+    try:
+        return oracle(*[a.to(device) if isinstance(a, torch.Tensor) else a for a in args])
+    except torch.OutOfMemoryError:
+        return oracle(*args)

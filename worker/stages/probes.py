@@ -82,19 +82,10 @@ def _call(ctx: AuditContext, case: Case, poison: float, noncontiguous: list[int]
 
 
 def _oracle(oracle: Callable[..., Any], case: Case, ctx: AuditContext) -> list[torch.Tensor]:
-    """The oracle's outputs (fp64 where floating), computed on the audit's GPU when there is one (an oracle the
-    GPU cannot run in fp64 falls back to the CPU), else on the CPU; they stay where they were computed."""
-    device = ctx.device if ctx.device.startswith("cuda") else "cpu"
-    try:
-        return _oracle_on(oracle, case, ctx, device)
-    except (RuntimeError, NotImplementedError):
-        if device == "cpu":
-            raise
-        return _oracle_on(oracle, case, ctx, "cpu")
-
-
-def _oracle_on(oracle: Callable[..., Any], case: Case, ctx: AuditContext, device: str) -> list[torch.Tensor]:
-    args = [a.to(device, copy=True) if isinstance(a, torch.Tensor) else a for a in case.args(ctx.problem.definition)]
+    """The oracle's outputs (fp64 where floating), computed on the CPU even on a GPU audit: measured on the H200
+    (2026-12-02), a GPU oracle broke two correct examples of the generic path. CUDA's top-k breaks ties differently
+    from the CPU's, and an fp64 attention on a GPU shared by six audits ran out of memory and fell back to fp32."""
+    args = [a.clone() if isinstance(a, torch.Tensor) else a for a in case.args(ctx.problem.definition)]
     with torch.no_grad():
         result = oracle(*args)
     outs = list(result) if isinstance(result, (tuple, list)) else [result]
