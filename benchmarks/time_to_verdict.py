@@ -45,7 +45,10 @@ GIB = 2**30
 _WARM: dict[str, Any] = {}
 
 
-def warm_worker(device: str, warmup: tuple[str, str] | None, stages: tuple[str, ...]) -> None:
+WARMUP_STAGES = ("intake", "static", "benchmark")  # enough for the engine's lazy imports, cheap with N warming at once
+
+
+def warm_worker(device: str, warmup: tuple[str, str] | None, stages: tuple[str, ...] = WARMUP_STAGES) -> None:
     """What a long-lived audit worker has done before its next audit: the engine imported, the catalogue loaded,
     the device initialised, a spare sandbox child started (worker.sandbox.pool) and, with `warmup`, one audit
     run already (lazy imports, the text's tokenizer, the first CUDA kernels). Runs once per spawned process."""
@@ -256,7 +259,8 @@ def main() -> int:
         "device_kind": "cuda" if args.device.startswith("cuda") else "cpu", "torch": torch.__version__,
         "stages": list(stages), "examples": [f"{p}/{s}" for p, s in todo], "load_before": [round(x, 2) for x in os.getloadavg()],
         "workers": "cold: a fresh process per worker, no spare child" if args.cold else
-                   f"warm: each worker process ran one warm-up audit ({'/'.join(warmup)}) and keeps a spare sandbox child",
+                   f"warm: each worker process ran one warm-up audit ({'/'.join(warmup)}, stages {', '.join(WARMUP_STAGES)}) "
+                   "and keeps a spare sandbox child",
     }
     batches: list[dict[str, Any]] = []
 
@@ -281,7 +285,7 @@ def main() -> int:
         with FreeMemoryWatch(args.device) as watch:
             run_jobs(timed_audit, [(p, s, args.device, stages) for p, s in todo], workers=n, budget_s=args.budget_s,
                      on_result=record, initializer=None if args.cold else warm_worker,
-                     initargs=() if args.cold else (args.device, warmup, stages))
+                     initargs=() if args.cold else (args.device, warmup))
         batch["summary"] = summarise(n, rows, time.perf_counter() - t0, len(todo), watch)
         meta["load_after"] = [round(x, 2) for x in os.getloadavg()]
         write()
