@@ -37,7 +37,7 @@ class Settings(BaseSettings):
         description="namespaces: every submission runs under bubblewrap, and a worker that cannot isolate refuses to "
                     "start; none: the operator's explicit opt-out (reports and the dashboard say so)")
     sandbox_spare: bool = Field(
-        default=True, description="each worker process keeps one sandbox child started ahead of its next audit "
+        default=False, description="each worker process keeps one sandbox child started ahead of its next audit "
                                   "(bubblewrap, Python, torch and the GPU's context: seconds per audit); each child "
                                   "still serves one audit only")
     uploads_dir: Path = Field(default=Path(".kaudit/uploads"), description="where workers write uploaded definitions")
