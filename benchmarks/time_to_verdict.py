@@ -199,9 +199,10 @@ def markdown(meta: dict[str, Any], batches: list[dict[str, Any]]) -> str:
         f"after {meta.get('load_after')}.", "",
     ]
     cores = os.cpu_count() or 1
-    if max(meta["load_before"][0], (meta.get("load_after") or [0.0])[0]) > cores:
-        lines += [f"**The machine was shared while this ran** (load average above its {cores} cores): wall times are inflated "
-                  "by other work and are not this audit's cost on an idle machine.", ""]
+    # the audits themselves load the machine (parent and child at once), so only the load before them tells of others
+    if meta["load_before"][0] > cores / 2:
+        lines += [f"**The machine was shared when this started** (load average {meta['load_before'][0]} on {cores} cores): "
+                  "wall times may be inflated by other work.", ""]
     if meta.get("note"):
         lines += [f"Note: {meta['note']}.", ""]
     for b in batches:
