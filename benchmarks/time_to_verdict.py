@@ -48,7 +48,8 @@ _WARM: dict[str, Any] = {}
 WARMUP_STAGES = ("intake", "static", "benchmark")  # enough for the engine's lazy imports, cheap with N warming at once
 
 
-def warm_worker(device: str, warmup: tuple[str, str] | None, stages: tuple[str, ...] = WARMUP_STAGES) -> None:
+def warm_worker(device: str, warmup: tuple[str, str] | None, warm_child: bool | None = None,
+                stages: tuple[str, ...] = WARMUP_STAGES) -> None:
     """What a long-lived audit worker has done before its next audit: the engine imported, the catalogue loaded,
     the device initialised, a spare sandbox child started (worker.sandbox.pool) and, with `warmup`, one audit
     run already (lazy imports, the text's tokenizer, the first CUDA kernels). Runs once per spawned process."""
@@ -60,7 +61,7 @@ def warm_worker(device: str, warmup: tuple[str, str] | None, stages: tuple[str, 
     if device.startswith("cuda"):
         torch.cuda.init()
         torch.empty(1, device=device)
-    pool = SandboxPool(device)
+    pool = SandboxPool(device, warm=warm_child)
     pool.prestart()
     _WARM["pool"] = pool
     if warmup is not None:
@@ -240,6 +241,8 @@ def main() -> int:
     ap.add_argument("--cold", action="store_true",
                     help="no warm worker: no spare sandbox child and no warm-up audit (each process's first audit pays "
                          "its imports and its child's start)")
+    ap.add_argument("--cold-child", action="store_true",
+                    help="spare children are not warmed up (worker.canary.warm; by default they are on a GPU)")
     ap.add_argument("--warmup", default="", help="PROBLEM/SOLUTION each warm worker audits first (default: the first selected)")
     ap.add_argument("--out", required=True, help="FILE.json; FILE.md is written next to it")
     args = ap.parse_args()
@@ -286,7 +289,7 @@ def main() -> int:
         with FreeMemoryWatch(args.device) as watch:
             run_jobs(timed_audit, [(p, s, args.device, stages) for p, s in todo], workers=n, budget_s=args.budget_s,
                      on_result=record, initializer=None if args.cold else warm_worker,
-                     initargs=() if args.cold else (args.device, warmup))
+                     initargs=() if args.cold else (args.device, warmup, False if args.cold_child else None))
         batch["summary"] = summarise(n, rows, time.perf_counter() - t0, len(todo), watch)
         meta["load_after"] = [round(x, 2) for x in os.getloadavg()]
         write()

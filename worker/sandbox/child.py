@@ -33,6 +33,15 @@ def op_hello(state: HarnessState, payload: dict[str, Any]) -> dict[str, Any]:
     return {"ok": True, "pid": os.getpid(), "torch": str(torch.__version__)}
 
 
+def op_warm(state: HarnessState, payload: dict[str, Any]) -> dict[str, Any]:
+    """Before any submission is loaded (the parent refuses it afterwards): worker.canary.warm."""
+    if state.fn is not None:
+        raise RuntimeError("warm-up runs only before a submission is loaded")
+    from worker.canary.warm import warm_up
+
+    return {"ok": True, "seconds": warm_up(state.device, int(payload.get("steps", 2)))}
+
+
 def op_load(state: HarnessState, payload: dict[str, Any]) -> dict[str, Any]:
     root = Path.cwd() / "solution"
     for src in payload["sources"]:
@@ -125,6 +134,7 @@ def op_time(state: HarnessState, payload: dict[str, Any]) -> dict[str, Any]:
 # every op the child serves: name -> (state, payload) -> reply
 OPS: dict[str, Callable[[HarnessState, dict[str, Any]], dict[str, Any]]] = {
     "hello": op_hello,
+    "warm": op_warm,
     "load": op_load,
     "call": op_call,
     "time": op_time,

@@ -26,8 +26,10 @@ class SandboxPool:
     which is for a worker process's end."""
 
     def __init__(self, device: str, isolation: Isolation | None = None, *,
-                 factory: Callable[[], Sandbox] | None = None) -> None:
+                 factory: Callable[[], Sandbox] | None = None, warm: bool | None = None) -> None:
+        # warm-up (worker.canary.warm) by default on a GPU only: on a 2-core CPU it competes with the running audit
         self.device, self.isolation = device, isolation
+        self.warm = warm if warm is not None else device.startswith("cuda")
         self._factory = factory or (lambda: Sandbox(device, isolation=isolation))
         self._cond = threading.Condition()
         self._spare: Sandbox | None = None
@@ -37,6 +39,7 @@ class SandboxPool:
         self._thread = threading.Thread(target=self._serve, name="sandbox-starter", daemon=True)
         self._thread.start()
         self.handed_warm = 0  # audits that found a child ready
+        self.last_warm_s: float | None = None  # the last spare's warm-up, as its child timed it
 
     def _serve(self) -> None:
         while True:
@@ -80,9 +83,15 @@ class SandboxPool:
         return sb
 
     def _start_spare(self) -> None:
+        sb: Sandbox | None = None
         try:
-            sb: Sandbox | None = self._started()
+            sb = self._started()
+            if sb is not None and self.warm:
+                # first use of the device's kernels, off the audit's clock (worker.canary.warm)
+                self.last_warm_s = float(sb.request("warm", {"steps": 2}, timeout_s=sb.start_timeout_s)["seconds"])
         except SandboxError:
+            if sb is not None:
+                sb.close()
             sb = None  # the audit that takes next starts its own, and reports the error there
         with self._cond:
             if self._closed and sb is not None:

@@ -60,3 +60,25 @@ def test_audits_through_a_pool_each_get_a_fresh_child_that_dies_with_the_audit()
     finally:
         pool.close()
     assert pool._spare is None
+
+
+def test_a_spare_is_warmed_before_it_is_handed_out_and_warm_up_is_refused_after_a_load() -> None:
+    """The spare ran the canary model's warm-up (worker.canary.warm) in its own process before any submission;
+    once a submission is loaded the op refuses, so warm-up code never runs next to a submission."""
+    from worker.sandbox import SubmissionError
+
+    pool = SandboxPool("cpu", "none", warm=True)
+    try:
+        pool.prestart()
+        sb = pool.take()
+        assert pool.handed_warm == 1 and pool.last_warm_s is not None and pool.last_warm_s > 0
+        sb.load(EMB.example_solution("pytorch_fp32"))
+        try:
+            sb.request("warm", {"steps": 1})
+        except SubmissionError as err:
+            assert "only before a submission is loaded" in str(err)
+        else:
+            raise AssertionError("warm-up ran after a submission was loaded")
+        sb.close()
+    finally:
+        pool.close()
