@@ -158,11 +158,15 @@ def _check_made(made: list[list[torch.Tensor]], digests: object, where: str) -> 
     if not want or all(not g for g in want):
         return
     if digests != want:
-        raise _Failure(
-            f"{where}: the inputs the sandbox made from their seeds are not the ones this process made "
-            "(another GPU or torch build in the sandbox, or a tampered generator); the outputs cannot be judged",
-            StageStatus.error,
-        )
+        raise _made_mismatch(where)
+
+
+def _made_mismatch(where: str) -> _Failure:
+    return _Failure(
+        f"{where}: the inputs the sandbox made from their seeds are not the ones this process made "
+        "(another GPU or torch build in the sandbox, or a tampered generator); the outputs cannot be judged",
+        StageStatus.error,
+    )
 
 
 def _inputs_mutated(definition: Definition, args: list[Any], reply: dict[str, Any]) -> list[str]:
@@ -410,11 +414,16 @@ def _time_in_child(ctx: AuditContext, sb: Sandbox, cases: list[Case], cfg: Timin
     n_out = len(definition.outputs)
     if reply.get("checked") != check or not isinstance(outs, list) or len(outs) != n_out * len(check):
         raise _Failure(f"{where}: the timed calls' outputs did not come back as asked (calls {check})")
-    checked_args = {i: cases[i].args(definition) for i in check}
-    _check_made([[checked_args[i][j] for j in made[i]] for i in check], reply.get("made_digests"), where)
-    for k, i in enumerate(check):
+    digests = reply.get("made_digests")
+    if any(made[i] for i in check) and (not isinstance(digests, list) or len(digests) != len(check)):
+        raise _made_mismatch(where)
+    for k, i in enumerate(check):  # one checked set made at a time, and dropped after
+        args = cases[i].args(definition)
+        if made[i]:
+            _check_made([[args[j] for j in made[i]]], [digests[k]], where)  # type: ignore[index]
         one = {"outputs": outs[k * n_out:(k + 1) * n_out]}
-        _check_round(definition, cases[i], one, reference_outputs(ctx, checked_args[i]), tol, f"{where}, timed call {i + 1}")
+        _check_round(definition, cases[i], one, reference_outputs(ctx, args), tol, f"{where}, timed call {i + 1}")
+        cases[i].release()
     host_ok = isinstance(host, list) and len(host) == len(times) and all(isinstance(t, float) and math.isfinite(t) for t in host)
     sample = TimingSample(times_ms=times, clock=clock, host_times_ms=host if host_ok else None)
     return sample, [str(t) for t in reply.get("tampered", [])]
