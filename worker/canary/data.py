@@ -129,17 +129,15 @@ def _from_histogram(p: CanaryProfile, seed: int, stats: LoadedTokenStats) -> Can
     probs = stats.values.to(torch.float64)
     probs = probs / probs.sum()
     width = p.seq_len + 1
-    train = torch.multinomial(probs, p.steps * p.batch_size * width, replacement=True,
-                              generator=torch.Generator().manual_seed(seed))
-    held = torch.multinomial(probs, p.heldout_sequences * width, replacement=True,
-                             generator=torch.Generator().manual_seed(HELDOUT_SEED))
-    folded = int((train >= p.vocab_size).sum()) + int((held >= p.vocab_size).sum())
-    evidence = {**_user_evidence(stats, p.vocab_size, folded, train.numel() + held.numel()),
+    # the probes' own draw (worker.probes.token_stats): i.i.d. from the histogram, folded into [0, vocab_size)
+    train, folded_train = stats.draw(p.steps * p.batch_size * width, p.vocab_size, torch.Generator().manual_seed(seed))
+    held, folded_held = stats.draw(p.heldout_sequences * width, p.vocab_size, torch.Generator().manual_seed(HELDOUT_SEED))
+    evidence = {**_user_evidence(stats, p.vocab_size, folded_train + folded_held, train.numel() + held.numel()),
                 "drawn": f"i.i.d. from the histogram: {train.numel()} training ids (audit seed), {held.numel()} "
                          f"held-out ids (fixed seed {HELDOUT_SEED})",
                 "folded_mass": float(probs[p.vocab_size:].sum()) if len(probs) > p.vocab_size else 0.0}
     return CanaryText(
-        batches=(train % p.vocab_size).reshape(p.steps, p.batch_size, width).to(torch.int32),
-        heldout=(held % p.vocab_size).reshape(p.heldout_sequences, width),
+        batches=train.reshape(p.steps, p.batch_size, width).to(torch.int32),
+        heldout=held.reshape(p.heldout_sequences, width),
         evidence=evidence,
     )

@@ -149,15 +149,12 @@ def _check_round(
     return comparisons
 
 
-def _check_made(made: list[list[torch.Tensor]], digests: object, where: str) -> None:
-    """The inputs the child made from recipes must be the ones this process made: their digests agree.
+def _check_made(made: list[torch.Tensor], digests: object, where: str) -> None:
+    """The inputs the child made from recipes for one call must be the ones this process made: their digests agree.
 
     A mismatch is the auditor's problem (a child on another card or torch build) or a forger's; either way no
     output can be judged against this process's reference, and the stage is inconclusive, not failed."""
-    want = [[generated.digest(t) for t in group] for group in made]
-    if not want or all(not g for g in want):
-        return
-    if digests != want:
+    if made and digests != [generated.digest(t) for t in made]:
         raise _made_mismatch(where)
 
 
@@ -224,8 +221,7 @@ def run(ctx: AuditContext) -> StageResult:
                     {"args": wire, "outputs": case.output_specs(definition), "poison": float("nan")},
                     where,
                 )
-                if made:
-                    _check_made([[args[i] for i in made]], [reply.get("made_digests")], where)
+                _check_made([args[i] for i in made], reply.get("made_digests"), where)
                 mutated.update(_inputs_mutated(definition, args, reply))
                 for c in _check_round(definition, case, reply, ref, tols[w.uuid], where):
                     stats[w.uuid].add(c)
@@ -419,8 +415,7 @@ def _time_in_child(ctx: AuditContext, sb: Sandbox, cases: list[Case], cfg: Timin
         raise _made_mismatch(where)
     for k, i in enumerate(check):  # one checked set made at a time, and dropped after
         args = cases[i].args(definition)
-        if made[i]:
-            _check_made([[args[j] for j in made[i]]], [digests[k]], where)  # type: ignore[index]
+        _check_made([args[j] for j in made[i]], digests[k] if isinstance(digests, list) else None, where)
         one = {"outputs": outs[k * n_out:(k + 1) * n_out]}
         _check_round(definition, cases[i], one, reference_outputs(ctx, args), tol, f"{where}, timed call {i + 1}")
         cases[i].release()

@@ -91,7 +91,7 @@ def _oracle(oracle: Callable[..., Any], case: Case, ctx: AuditContext) -> list[t
     outs = list(result) if isinstance(result, (tuple, list)) else [result]
     if len(outs) != len(ctx.problem.definition.outputs):
         raise ValueError(f"the oracle returned {len(outs)} outputs for {len(ctx.problem.definition.outputs)} in the definition")
-    return [o.detach().to(torch.float64) if o.dtype.is_floating_point else o.detach() for o in outs]
+    return [o.detach().cpu().to(torch.float64) if o.dtype.is_floating_point else o.detach().cpu() for o in outs]
 
 
 def _labels(ctx: AuditContext, case: Case, budget: OutputBudget, out: torch.Tensor) -> tuple[torch.Tensor | None, tuple[tuple[int, int | None], ...], str | None]:
@@ -133,9 +133,6 @@ def _measure(ctx: AuditContext, spec_: AuditSpec, case: Case, outs: list[torch.T
         if slack != 1.0:
             budget = budget.model_copy(update={"max_ratio": budget.max_ratio * slack})
         labels, edges, kind = _labels(ctx, case, budget, out)
-        # measured where the oracle's output is (the GPU when the audit has one)
-        out = out.to(oracle.device)
-        labels = labels.to(oracle.device) if labels is not None else None
         result.append(measure_output(name, out, oracle, to_torch(spec.dtype), budget, labels, edges, kind))
     return result
 
