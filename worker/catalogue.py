@@ -85,8 +85,9 @@ class Problem:
                 h.update(fname.encode() + b"\0" + p.read_bytes() + b"\0")
         return h.hexdigest()
 
-    def oracle(self, reference: Any = None) -> Callable[..., tuple[object, ...]]:
-        """oracle.py where the folder has one; otherwise the reference promoted to fp64 (a GenericOracle).
+    def oracle(self, reference: Any = None, device: str = "cpu") -> Callable[..., tuple[object, ...]]:
+        """oracle.py where the folder has one; otherwise the reference promoted to fp64 (a GenericOracle, run on
+        `device` where that keeps its result: see GenericOracle).
 
         `reference` is the audit's own reference object: an uploaded definition's runs isolated
         (worker.sandboxed_reference), and its source must never be executed here."""
@@ -98,7 +99,7 @@ class Problem:
                 if not self.reference_trusted:
                     raise ValueError(f"{self.name}: an uploaded reference runs only in its sandbox; pass it in")
                 reference = Reference.of(self.definition)
-            return GenericOracle(reference)
+            return GenericOracle(reference, device=device)
         file, func = self.spec.oracle.split("::")
         module = _load_module(self.folder / file, f"kaudit_oracle_{self.name}")
         return getattr(module, func)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from worker.formats import Definition
@@ -55,9 +56,10 @@ def test_reference_that_casts_to_bf16_inside_still_yields_fp64() -> None:
 def test_inputs_are_not_modified_and_integer_outputs_stay_integer() -> None:
     x, w = _inputs(1)
     before = x.clone()
-    outs, lowered = run_promoted(lambda a, b: (a.float() @ b.float(), torch.argmax(a.float(), -1)), [x, w], torch.float64)
+    outs, lowered, selects = run_promoted(lambda a, b: (a.float() @ b.float(), torch.argmax(a.float(), -1)), [x, w], torch.float64)
     assert torch.equal(x, before) and x.dtype == torch.bfloat16
     assert outs[0].dtype == torch.float64 and outs[1].dtype == torch.int64 and lowered == {}
+    assert selects  # argmax breaks ties per device: a GPU oracle must rerun this on the CPU
 
 
 def test_reference_that_refuses_promotion_is_reported_and_run_at_its_own_precision() -> None:
@@ -79,3 +81,41 @@ def run(x, w):
     assert "fp64 promotion raised TypeError" in summary["fallback_reason"]
     assert "fp32 promotion raised TypeError" in summary["fallback_reason"]
     assert "budgets are relative to it" in summary["note"]
+
+
+MATMUL = '''import torch
+
+
+def run(x, w):
+    return (x.float() * w.float()).sum(-1).to(torch.bfloat16)
+'''
+
+TOPK = '''import torch
+
+
+def run(x, w):
+    v, i = torch.topk(x.float() * w.float(), 2, dim=-1)
+    return torch.zeros(x.shape[0], dtype=torch.bfloat16) + v.sum(-1).to(torch.bfloat16) + i.sum(-1).to(torch.bfloat16)
+'''
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_on_a_gpu_the_oracle_runs_there_unless_the_reference_selects_by_order() -> None:
+    x, w = _inputs(3)
+    on_gpu = GenericOracle(Reference.of(_definition(MATMUL)), device="cuda")
+    (y,) = on_gpu(x, w)
+    assert y.device.type == "cuda" and y.dtype == torch.float64 and on_gpu.runs[-1].device.startswith("cuda")
+    (cpu_y,) = GenericOracle(Reference.of(_definition(MATMUL)))(x, w)
+    assert torch.allclose(y.cpu(), cpu_y, rtol=1e-12, atol=0)
+    selecting = GenericOracle(Reference.of(_definition(TOPK)), device="cuda")
+    (z,) = selecting(x, w)
+    assert z.device.type == "cpu" and selecting.runs[-1].device == "cpu" and selecting.device.type == "cpu"
+
+
+def test_an_untrusted_reference_never_runs_its_oracle_on_the_gpu() -> None:
+    class Uploaded:
+        trusted = False
+        run_fn = staticmethod(lambda x, w: x)
+
+    assert GenericOracle(Uploaded(), device="cuda:0").device.type == "cpu"  # type: ignore[arg-type]

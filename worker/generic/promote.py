@@ -10,6 +10,12 @@ Runs in the trusted process under a TorchFunctionMode that
     promotion is then partial, and the report says so).
 Bit reinterpretation (`.view(dtype)`) is left alone. If the promoted run raises, the reference is run
 at fp32 promotion, then at its own precision, and the report names what was used and why.
+
+On a GPU audit a trusted reference runs on the GPU (fp64 there is the same arithmetic, and a GEMM's fp64
+oracle takes milliseconds instead of seconds on the host), except where its result could depend on the
+device: a reference that selects by order (top-k, sort, arg-max, ...) breaks ties differently on CUDA than
+on the CPU, so once such a call is seen the oracle reruns, and stays, on the CPU. Running out of GPU memory
+moves it to the CPU too, never to a lower precision.
 """
 
 from __future__ import annotations
@@ -27,6 +33,14 @@ Precision = Literal["fp64", "fp32", "reference"]
 _CASTS = {torch.Tensor.float, torch.Tensor.half, torch.Tensor.bfloat16, torch.Tensor.double}
 _DTYPE_POSITIONAL = {torch.Tensor.to, torch.Tensor.type}
 _NO_REWRITE = {torch.Tensor.view}
+# calls whose result depends on how ties are broken, which differs between CUDA and the CPU
+_SELECTIONS = {
+    torch.topk, torch.Tensor.topk, torch.sort, torch.Tensor.sort, torch.argsort, torch.Tensor.argsort,
+    torch.msort, torch.argmax, torch.Tensor.argmax, torch.argmin, torch.Tensor.argmin, torch.kthvalue,
+    torch.Tensor.kthvalue, torch.max, torch.Tensor.max, torch.min, torch.Tensor.min, torch.median,
+    torch.Tensor.median, torch.nanmedian, torch.Tensor.nanmedian, torch.mode, torch.Tensor.mode, torch.unique,
+    torch.Tensor.unique, torch.searchsorted, torch.multinomial, torch.Tensor.multinomial,
+}
 
 
 def _promote_value(value: Any, target: torch.dtype) -> Any:
@@ -48,9 +62,12 @@ class _Promote(TorchFunctionMode):
         super().__init__()
         self.target = target
         self.lowered: dict[str, int] = {}
+        self.selects = False
 
     def __torch_function__(self, func: Callable[..., Any], types: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None) -> Any:
         kwargs = dict(kwargs or {})
+        if func in _SELECTIONS:
+            self.selects = True
         if func in _NO_REWRITE:
             return func(*args, **kwargs)
         if func in _CASTS:
@@ -79,27 +96,40 @@ class OracleRun(BaseModel):
     note: str
     partial: dict[str, int] = Field(default_factory=dict, description="ops that still returned a lower float (upcast after)")
     fallback_reason: str | None = None
+    device: str = "cpu"
 
 
 def _outputs(result: Any) -> list[Any]:
     return list(result) if isinstance(result, (tuple, list)) else [result]
 
 
-def run_promoted(fn: Callable[..., Any], args: list[Any], target: torch.dtype) -> tuple[list[Any], dict[str, int]]:
-    """`fn(*args)` with floats promoted to `target`; returns the outputs and the ops that were not."""
+def run_promoted(fn: Callable[..., Any], args: list[Any], target: torch.dtype) -> tuple[list[Any], dict[str, int], bool]:
+    """`fn(*args)` with floats promoted to `target`; returns the outputs, the ops that were not, and whether
+    the function selected by order (see _SELECTIONS)."""
     mode = _Promote(target)
     promoted = [_promote_value(a.clone(), target) if isinstance(a, torch.Tensor) else a for a in args]
     with torch.no_grad(), mode:
         outs = _outputs(fn(*promoted))
-    return outs, dict(mode.lowered)
+    return outs, dict(mode.lowered), mode.selects
+
+
+class _Rerun(Exception):
+    """The device run cannot stand: run on the CPU instead (from now on, when `sticky`)."""
+
+    def __init__(self, sticky: bool) -> None:
+        super().__init__()
+        self.sticky = sticky
 
 
 class GenericOracle:
     """The reference as an oracle: fp64 where promotion works, with the fallbacks recorded per call."""
 
-    def __init__(self, reference: Reference) -> None:
+    def __init__(self, reference: Reference, device: str = "cpu") -> None:
         self.reference = reference
         self.runs: list[OracleRun] = []
+        trusted = getattr(reference, "trusted", True)
+        # where this oracle may run: the audit's GPU for a trusted reference until it selects by order
+        self.device = torch.device(device) if trusted and str(device).startswith("cuda") else torch.device("cpu")
 
     def __call__(self, *args: Any) -> tuple[Any, ...]:
         outs, run = self.evaluate(list(args))
@@ -107,14 +137,33 @@ class GenericOracle:
         return tuple(outs)
 
     def evaluate(self, args: list[Any]) -> tuple[list[Any], OracleRun]:
+        """The promoted outputs, on the oracle's device (see the module docstring); the arguments stay as given."""
+        if self.device.type == "cuda":
+            try:
+                return self._evaluate([a.to(self.device) if isinstance(a, torch.Tensor) else a for a in args], on_device=True)
+            except torch.cuda.OutOfMemoryError:
+                torch.cuda.empty_cache()
+            except _Rerun as rerun:
+                if rerun.sticky:
+                    self.device = torch.device("cpu")
+        return self._evaluate([a.cpu() if isinstance(a, torch.Tensor) else a for a in args], on_device=False)
+
+    def _evaluate(self, args: list[Any], on_device: bool) -> tuple[list[Any], OracleRun]:
         fn = self.reference.run_fn
         reasons: list[str] = []
+        where = str(self.device) if on_device else "cpu"
         for precision, target in (("fp64", torch.float64), ("fp32", torch.float32)):
             try:
-                outs, lowered = run_promoted(fn, args, target)
+                outs, lowered, selects = run_promoted(fn, args, target)
+            except torch.cuda.OutOfMemoryError:
+                raise
             except Exception as err:  # noqa: BLE001 - the reference's own failure under promotion is reported
+                if on_device:  # the CPU run gives the reference's own error, or its result
+                    raise _Rerun(sticky=False) from err
                 reasons.append(f"{precision} promotion raised {type(err).__name__}: {str(err)[:200]}")
                 continue
+            if on_device and selects:
+                raise _Rerun(sticky=True)
             bad = [i for i, o in enumerate(outs) if not isinstance(o, torch.Tensor)]
             if bad:
                 reasons.append(f"{precision} promotion returned non-tensor outputs at {bad}")
@@ -130,6 +179,7 @@ class GenericOracle:
                 note=note,
                 partial=lowered,
                 fallback_reason="; ".join(reasons) or None,
+                device=where,
             )
         with torch.no_grad():
             outs = _outputs(fn(*[a.clone() if isinstance(a, torch.Tensor) else a for a in args]))
@@ -137,6 +187,7 @@ class GenericOracle:
             precision="reference",
             note="promotion failed; the oracle is the reference at its own precision, and budgets are relative to it",
             fallback_reason="; ".join(reasons),
+            device=where,
         )
 
     def summary(self) -> dict[str, Any]:

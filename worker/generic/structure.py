@@ -54,7 +54,7 @@ def infer_structure(definition: Definition, case: Case, seed: int) -> Structure:
     fn = Reference.of(definition).run_fn
     args = case.args(definition)
     try:
-        base, _ = run_promoted(fn, args, torch.float64)
+        base, _, _ = run_promoted(fn, args, torch.float64)
     except Exception as err:  # noqa: BLE001 - then no structure can be read; outputs are judged whole
         return Structure(note=f"could not run the promoted reference to read its structure: {type(err).__name__}: {err}"[:300])
     gen = torch.Generator().manual_seed(seed)
@@ -75,7 +75,7 @@ def infer_structure(definition: Definition, case: Case, seed: int) -> Structure:
             new_args = list(args)
             new_args[pos] = nudged
             try:
-                outs, _ = run_promoted(fn, new_args, torch.float64)
+                outs, _, _ = run_promoted(fn, new_args, torch.float64)
             except Exception:  # noqa: BLE001 - a nudge the reference rejects tells nothing
                 continue
             for oname, ch in zip(out_names, _changed(base, outs)):

@@ -376,8 +376,12 @@ class ProbeSources:
     token_stats: LoadedTokenStats | None = None
 
 
-def _workload_inputs(definition: Definition, probe: ProbeSpec, axes: dict[str, int], seed: int, sources: ProbeSources) -> dict[str, Any]:
-    """The inputs the probe does not list, made the way its base workload makes them, at the probe's axes."""
+def _workload_inputs(
+    definition: Definition, probe: ProbeSpec, axes: dict[str, int], seed: int, sources: ProbeSources, device: str = "cpu",
+) -> dict[str, Any]:
+    """The inputs the probe does not list, made the way its base workload makes them, at the probe's axes (random
+    ones made on `device`, a GPU's generator taking milliseconds where the host's took 16 s for a GEMM's probes,
+    then brought to the CPU like every probe input)."""
     if probe.base_workload is None:
         return {}
     base = next((w for w in sources.workloads if w.uuid == probe.base_workload), None)
@@ -385,10 +389,10 @@ def _workload_inputs(definition: Definition, probe: ProbeSpec, axes: dict[str, i
         raise ProbeInputError(f"probe '{probe.name}': base workload '{probe.base_workload}' is not available")
     var_axes = {a: axes[a] for a in definition.var_axes}
     try:
-        case = build_case(definition, sources.reference, base.model_copy(update={"axes": var_axes}), seed)
+        case = build_case(definition, sources.reference, base.model_copy(update={"axes": var_axes}), seed, device=device)
     except Exception as err:  # noqa: BLE001 - the workload's own generator (custom inputs) rejected these axes
         raise ProbeInputError(f"probe '{probe.name}': workload '{base.uuid}' inputs at axes {var_axes}: {err}") from err
-    return {n: v for n, v in case.inputs.items() if n not in probe.inputs}
+    return {n: v.cpu() if isinstance(v, torch.Tensor) else v for n, v in case.inputs.items() if n not in probe.inputs}
 
 
 def build_probe_case(
@@ -416,7 +420,7 @@ def build_probe_case(
 
     for name, g in probe.inputs.items():
         done[name] = generate_input(context(name), g)
-    done.update(_workload_inputs(definition, probe, axes, seed, sources))
+    done.update(_workload_inputs(definition, probe, axes, seed, sources, device))
     for name, spec in definition.inputs.items():
         if name in done:
             continue

@@ -82,16 +82,16 @@ def _call(ctx: AuditContext, case: Case, poison: float, noncontiguous: list[int]
 
 
 def _oracle(oracle: Callable[..., Any], case: Case, ctx: AuditContext) -> list[torch.Tensor]:
-    """The oracle's outputs (fp64 where floating), computed on the CPU even on a GPU audit: measured on the H200
-    (2026-12-02), a GPU oracle broke two correct examples of the generic path. CUDA's top-k breaks ties differently
-    from the CPU's, and an fp64 attention on a GPU shared by six audits ran out of memory and fell back to fp32."""
+    """The oracle's outputs (fp64 where floating). A curated oracle.py runs on the CPU; the generic oracle runs on
+    the audit's GPU where that cannot change its result (worker.generic.promote.GenericOracle): measured on the
+    H200 (2026-12-02), CUDA's top-k breaks ties differently from the CPU's. The outputs stay where they were made."""
     args = [a.clone() if isinstance(a, torch.Tensor) else a for a in case.args(ctx.problem.definition)]
     with torch.no_grad():
         result = oracle(*args)
     outs = list(result) if isinstance(result, (tuple, list)) else [result]
     if len(outs) != len(ctx.problem.definition.outputs):
         raise ValueError(f"the oracle returned {len(outs)} outputs for {len(ctx.problem.definition.outputs)} in the definition")
-    return [o.detach().cpu().to(torch.float64) if o.dtype.is_floating_point else o.detach().cpu() for o in outs]
+    return [o.detach().to(torch.float64) if o.dtype.is_floating_point else o.detach() for o in outs]
 
 
 def _labels(ctx: AuditContext, case: Case, budget: OutputBudget, out: torch.Tensor) -> tuple[torch.Tensor | None, tuple[tuple[int, int | None], ...], str | None]:
@@ -126,6 +126,23 @@ def _input_stats(case: Case) -> dict[str, Any]:
 
 
 def _measure(ctx: AuditContext, spec_: AuditSpec, case: Case, outs: list[torch.Tensor], ref: list[torch.Tensor], slack: float = 1.0) -> list[OutputError]:
+    """Each output's error against the oracle, computed on the audit's GPU where there is one (the same fp64
+    arithmetic; on the host it cost 5-15 s of a GPU audit's probes stage, H200 profile of 2026-12-02), on the CPU
+    where the GPU has no memory left."""
+    if str(ctx.device).startswith("cuda"):
+        try:
+            return _measure_on(torch.device(ctx.device), ctx, spec_, case, outs, ref, slack)
+        except torch.cuda.OutOfMemoryError:
+            torch.cuda.empty_cache()
+    return _measure_on(torch.device("cpu"), ctx, spec_, case, outs, ref, slack)
+
+
+def _measure_on(
+    device: torch.device, ctx: AuditContext, spec_: AuditSpec, case: Case, outs: list[torch.Tensor], ref: list[torch.Tensor],
+    slack: float,
+) -> list[OutputError]:
+    outs = [o.to(device) for o in outs]
+    ref = [r.to(device) for r in ref]
     definition, budgets = ctx.problem.definition, spec_.budgets
     result = []
     for (name, spec), out, oracle in zip(definition.outputs.items(), outs, ref):
@@ -133,6 +150,7 @@ def _measure(ctx: AuditContext, spec_: AuditSpec, case: Case, outs: list[torch.T
         if slack != 1.0:
             budget = budget.model_copy(update={"max_ratio": budget.max_ratio * slack})
         labels, edges, kind = _labels(ctx, case, budget, out)
+        labels = labels.to(device) if labels is not None else None
         result.append(measure_output(name, out, oracle, to_torch(spec.dtype), budget, labels, edges, kind))
     return result
 
@@ -283,7 +301,7 @@ def run(ctx: AuditContext) -> StageResult:
     spec, plan = _spec(ctx)
     if not spec.probes:
         return StageResult(name=NAME, status=StageStatus.skipped, summary=f"{problem.name}: audit.json lists no probes")
-    oracle = problem.oracle(ctx.reference)
+    oracle = problem.oracle(ctx.reference, device=ctx.device)
     sources = ProbeSources(reference=ctx.reference, workloads=problem.workloads(ctx.profile), token_stats=problem.token_stats)
     notes: list[str] = []
     outcomes: list[ProbeOutcome] = []
