@@ -58,9 +58,10 @@ def _has_tensor(values: Any) -> bool:
 class _Promote(TorchFunctionMode):
     """Keep a reference's floating computation at `target` precision (see the module docstring)."""
 
-    def __init__(self, target: torch.dtype) -> None:
+    def __init__(self, target: torch.dtype, device: torch.device | None = None) -> None:
         super().__init__()
         self.target = target
+        self.device = device  # where a factory call without a device makes its tensor (the oracle's device)
         self.lowered: dict[str, int] = {}
         self.selects = False
 
@@ -76,11 +77,18 @@ class _Promote(TorchFunctionMode):
         args = tuple(_promote_value(a, t) if (not isinstance(a, torch.dtype) or func in _DTYPE_POSITIONAL) else a for a in args)
         had_dtype = "dtype" in kwargs
         kwargs = {k: _promote_value(v, t) for k, v in kwargs.items()}
-        result = func(*args, **kwargs)
+        if self.device is not None and "device" not in kwargs and not _has_tensor(args) and not _has_tensor(kwargs.values()):
+            try:  # a factory (torch.zeros(n), torch.arange(n)) makes its tensor on the oracle's device
+                result = func(*args, **kwargs, device=self.device)
+            except TypeError:
+                result = func(*args, **kwargs)
+        else:
+            result = func(*args, **kwargs)
         if isinstance(result, torch.Tensor) and result.dtype.is_floating_point and result.dtype != t:
             if not had_dtype and not _has_tensor(args) and not _has_tensor(kwargs.values()):
                 try:  # a factory without a dtype made the default float: make it at the target instead
-                    return func(*args, **kwargs, dtype=t)
+                    where = {"device": self.device} if self.device is not None and "device" not in kwargs else {}
+                    return func(*args, **kwargs, **where, dtype=t)
                 except TypeError:
                     pass
             label = getattr(func, "__qualname__", None) or getattr(func, "__name__", repr(func))
@@ -103,10 +111,12 @@ def _outputs(result: Any) -> list[Any]:
     return list(result) if isinstance(result, (tuple, list)) else [result]
 
 
-def run_promoted(fn: Callable[..., Any], args: list[Any], target: torch.dtype) -> tuple[list[Any], dict[str, int], bool]:
-    """`fn(*args)` with floats promoted to `target`; returns the outputs, the ops that were not, and whether
-    the function selected by order (see _SELECTIONS)."""
-    mode = _Promote(target)
+def run_promoted(
+    fn: Callable[..., Any], args: list[Any], target: torch.dtype, device: torch.device | None = None,
+) -> tuple[list[Any], dict[str, int], bool]:
+    """`fn(*args)` with floats promoted to `target` (and factories on `device` where given); returns the outputs,
+    the ops that were not promoted, and whether the function selected by order (see _SELECTIONS)."""
+    mode = _Promote(target, device)
     promoted = [_promote_value(a.clone(), target) if isinstance(a, torch.Tensor) else a for a in args]
     with torch.no_grad(), mode:
         outs = _outputs(fn(*promoted))
@@ -154,7 +164,7 @@ class GenericOracle:
         where = str(self.device) if on_device else "cpu"
         for precision, target in (("fp64", torch.float64), ("fp32", torch.float32)):
             try:
-                outs, lowered, selects = run_promoted(fn, args, target)
+                outs, lowered, selects = run_promoted(fn, args, target, self.device if on_device else None)
             except torch.cuda.OutOfMemoryError:
                 raise
             except Exception as err:  # noqa: BLE001 - the reference's own failure under promotion is reported
