@@ -119,3 +119,10 @@ def test_an_untrusted_reference_never_runs_its_oracle_on_the_gpu() -> None:
         run_fn = staticmethod(lambda x, w: x)
 
     assert GenericOracle(Uploaded(), device="cuda:0").device.type == "cpu"  # type: ignore[arg-type]
+
+
+def test_factories_inside_the_reference_are_made_on_the_oracles_device() -> None:
+    # "meta" stands in for the GPU here: a factory left on the CPU would not mix with a meta input
+    x = torch.ones(4, 3, device="meta", dtype=torch.bfloat16)
+    outs, _, selects = run_promoted(lambda a: a.float() + torch.zeros(a.shape[1]), [x], torch.float64, torch.device("meta"))
+    assert outs[0].device.type == "meta" and outs[0].dtype == torch.float64 and not selects
