@@ -60,6 +60,17 @@ def test_perturb_moves_half_the_elements_by_one_ulp() -> None:
     assert bool((u[:10] >= 0).all())  # zeros only move up, never to -0/NaN bit patterns
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32, torch.float64])
+def test_perturb_leaves_infinities_and_nans_and_moves_up_and_down_equally(dtype: torch.dtype) -> None:
+    special = torch.tensor([math.inf, -math.inf, math.nan], dtype=dtype).repeat(1000)
+    normal = torch.randn(30_000, dtype=torch.float64).to(dtype)
+    u = perturb_ulp(torch.cat([special, normal]), torch.Generator().manual_seed(3))
+    s, v = u[: special.numel()], u[special.numel():]
+    assert torch.equal(s[0::3], special[0::3]) and torch.equal(s[1::3], special[1::3]) and bool(s[2::3].isnan().all())
+    up, down = float((v.abs() > normal.abs()).double().mean()), float((v.abs() < normal.abs()).double().mean())
+    assert 0.23 < up < 0.27 and 0.23 < down < 0.27
+
+
 def test_same_seed_same_batches_reference_is_deterministic_and_the_null_is_small(catalogue: Catalogue) -> None:
     problem = catalogue.get("embedding_backward")
     p = CPU.model_copy(update={"steps": 12, "checkpoints": (6, 12)})
