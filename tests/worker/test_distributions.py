@@ -11,7 +11,7 @@ from worker.catalogue import load_catalogue
 from worker.formats import Definition
 from worker.probes.distributions import ProbeInputError, build_probe_case, permute_case
 from worker.problem_spec import ProbeSpec
-from worker.text import corpus_token_ids
+from worker.text import corpus_token_ids, ladder_vocab
 
 AXES = {"num_tokens": 4096, "vocab_size": 2048, "hidden_size": 64}
 
@@ -87,6 +87,16 @@ def test_real_text_ids_are_a_window_of_the_corpus_stream(definition: Definition)
     first = (stream[: stream.numel() - 8192] == ids[0]).nonzero().flatten()
     assert any(torch.equal(stream[int(o) : int(o) + 8192], ids) for o in first[:5000])
     assert int(counts(ids).max()) > 300  # frequent tokens: hundreds of contributions on one row
+
+
+def test_real_text_at_a_drawn_vocabulary_uses_the_ladder_tokenizer_below_it(definition: Definition) -> None:
+    # a vocabulary drawn per audit (2,112 here) reuses the 2,048-id tokenizer instead of training one for 2,112
+    assert [ladder_vocab(v) for v in (100, 256, 2047, 2048, 2112, 3071, 3072, 50257)] == [100, 256, 1536, 2048, 2048, 2048, 3072, 49152]
+    p = probe({"kind": "real_text_ids", "high_axis": "vocab_size"}, axes={**AXES, "vocab_size": 2112, "num_tokens": 4096})
+    ids = build_probe_case(definition, p, "cpu", 5).inputs["indices"]
+    stream = corpus_token_ids(2048)
+    first = (stream[: stream.numel() - 4096] == ids[0]).nonzero().flatten()
+    assert int(ids.max()) < 2048 and any(torch.equal(stream[int(o) : int(o) + 4096], ids) for o in first[:5000])
 
 
 def test_hot_id_takes_the_fraction(definition: Definition) -> None:
