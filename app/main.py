@@ -16,6 +16,7 @@ from app.auth.ratelimit import RateLimiter
 from app.auth.readers import require_reader
 from app.auth.router import router as auth_router
 from app.core.bodylimit import BodyLimitMiddleware
+from app.core.nul_guard import RejectNulMiddleware
 from app.core.db import make_engine, make_sessionmaker
 from app.core.errors import ErrorBody, install_error_handlers
 from app.core.settings import Settings
@@ -51,6 +52,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     app.add_middleware(BodyLimitMiddleware, limit=settings.body_limit_bytes,
                        overrides={("POST", "/v1/submissions"): settings.submission_body_limit_bytes})
+    app.add_middleware(RejectNulMiddleware)
     for r in (submissions_router, definitions_router, auth_router, webhooks_router, dashboard_router):
         app.include_router(r)
     for r in (problems_router, leaderboard_router):  # public unless KAUDIT_PUBLIC_READ=false (app/auth/readers.py)

@@ -98,3 +98,8 @@ def test_nul_bytes_are_a_422_not_a_500(fuzz_target) -> None:  # type: ignore[no-
         assert client.post("/v1/api-keys", json={"submitter": "a\x00b"}, headers=admin).status_code == 422
         r = client.post("/v1/submissions", json=example("pytorch_fp32"), headers={**admin, "Idempotency-Key": "a\x00b"})
         assert r.status_code == 422
+        # in a query value (the fuzzer found `?problem=%00` answered 500): refused before any route (app/core/nul_guard.py)
+        for url in ("/v1/submissions?problem=%00", "/v1/submissions?cursor=a%00b", "/v1/webhooks/x/deliveries?limit=%00"):
+            r = client.get(url, headers=admin)
+            assert r.status_code == 422 and r.json()["errors"][0]["field"] == "(query)", (url, r.status_code, r.text[:200])
+
