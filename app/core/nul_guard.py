@@ -5,16 +5,11 @@ a path segment names nothing, and each lookup route already answers it 404."""
 
 from __future__ import annotations
 
-import json
 from urllib.parse import unquote_to_bytes
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from app.core.errors import FieldError, error_body
-
-
-def _has_nul(scope: Scope) -> bool:
-    return b"\x00" in unquote_to_bytes(scope.get("query_string", b""))
+from app.core.errors import FieldError, error_response
 
 
 class RejectNulMiddleware:
@@ -24,11 +19,9 @@ class RejectNulMiddleware:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not _has_nul(scope):
+        if scope["type"] != "http" or b"\x00" not in unquote_to_bytes(scope.get("query_string", b"")):
             await self.app(scope, receive, send)
             return
-        body = json.dumps(error_body("the query string contains a NUL character (%00)",
-                                     [FieldError(field="(query)", reason="NUL characters are not allowed in query parameters")])).encode()
-        await send({"type": "http.response.start", "status": 422,
-                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
-        await send({"type": "http.response.body", "body": body})
+        response = error_response(422, "the query string contains a NUL character (%00)",
+                                  [FieldError(field="(query)", reason="NUL characters are not allowed in query parameters")])
+        await response(scope, receive, send)

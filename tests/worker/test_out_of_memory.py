@@ -4,6 +4,8 @@ were failed this way with six audits at once) as the kernel's appetite."""
 
 from __future__ import annotations
 
+import torch
+
 from worker.catalogue import load_catalogue
 from worker.engine import run_audit
 from worker.formats import Solution, SolutionSpec, SourceFile
@@ -40,3 +42,19 @@ def run(indices, grad_output, num_embeddings, padding_idx, grad_weight):
     report = run_audit(EMB, _solution(body), stages=["intake", "benchmark"], seed=1, isolation="none")
     by = {s.name: s for s in report.stages}
     assert by["benchmark"].status is StageStatus.failed, by["benchmark"].summary
+
+
+def test_trusted_work_that_runs_out_of_gpu_memory_moves_to_the_cpu() -> None:
+    from worker.numerics.placement import on_device_or_cpu
+
+    seen: list[str] = []
+
+    def work(device: torch.device) -> str:
+        seen.append(device.type)
+        if device.type == "cuda":
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 4.00 GiB")
+        return "done on " + device.type
+
+    assert on_device_or_cpu("cuda:0", work) == "done on cpu" and seen == ["cuda", "cpu"]
+    seen.clear()
+    assert on_device_or_cpu("cpu", work) == "done on cpu" and seen == ["cpu"]

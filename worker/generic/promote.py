@@ -27,6 +27,7 @@ import torch
 from pydantic import BaseModel, Field
 from torch.overrides import TorchFunctionMode
 
+from worker.numerics.placement import CPU, on_device_or_cpu
 from worker.reference import Reference
 
 Precision = Literal["fp64", "fp32", "reference"]
@@ -139,7 +140,7 @@ class GenericOracle:
         self.runs: list[OracleRun] = []
         trusted = getattr(reference, "trusted", True)
         # where this oracle may run: the audit's GPU for a trusted reference until it selects by order
-        self.device = torch.device(device) if trusted and str(device).startswith("cuda") else torch.device("cpu")
+        self.device = torch.device(device) if trusted and str(device).startswith("cuda") else CPU
 
     def __call__(self, *args: Any) -> tuple[Any, ...]:
         outs, run = self.evaluate(list(args))
@@ -148,24 +149,23 @@ class GenericOracle:
 
     def evaluate(self, args: list[Any]) -> tuple[list[Any], OracleRun]:
         """The promoted outputs, on the oracle's device (see the module docstring); the arguments stay as given."""
-        if self.device.type == "cuda":
-            try:
-                return self._evaluate([a.to(self.device) if isinstance(a, torch.Tensor) else a for a in args], on_device=True)
-            except torch.cuda.OutOfMemoryError:
-                torch.cuda.empty_cache()
-            except _Rerun as rerun:
-                if rerun.sticky:
-                    self.device = torch.device("cpu")
-        return self._evaluate([a.cpu() if isinstance(a, torch.Tensor) else a for a in args], on_device=False)
+        try:
+            return on_device_or_cpu(self.device, lambda device: self._evaluate(args, device))
+        except _Rerun as rerun:
+            if rerun.sticky:
+                self.device = CPU
+            return self._evaluate(args, CPU)
 
-    def _evaluate(self, args: list[Any], on_device: bool) -> tuple[list[Any], OracleRun]:
+    def _evaluate(self, args: list[Any], device: torch.device) -> tuple[list[Any], OracleRun]:
+        on_device = device.type == "cuda"
+        args = [a.to(device) if isinstance(a, torch.Tensor) else a for a in args]
         fn = self.reference.run_fn
         reasons: list[str] = []
-        where = str(self.device) if on_device else "cpu"
+        where = str(device)
         for precision, target in (("fp64", torch.float64), ("fp32", torch.float32)):
             try:
-                outs, lowered, selects = run_promoted(fn, args, target, self.device if on_device else None)
-            except torch.cuda.OutOfMemoryError:
+                outs, lowered, selects = run_promoted(fn, args, target, device if on_device else None)
+            except torch.OutOfMemoryError:
                 raise
             except Exception as err:  # noqa: BLE001 - the reference's own failure under promotion is reported
                 if on_device:  # the CPU run gives the reference's own error, or its result

@@ -28,6 +28,7 @@ from worker.canary.train import (
     reference_kernel,
 )
 from worker.context import AuditContext
+from worker.numerics.placement import on_device_or_cpu
 from worker.stages.result import StageResult, StageStatus
 
 NAME = "canary"
@@ -279,7 +280,4 @@ def _specs_for(binding: OpBinding, args: list[Any], ref: Kernel, device: str) ->
 def _exact(oracle: Any, args: list[Any], device: str) -> Any:
     """The fp64 oracle on the audit's device (a loss site's logits are 134M elements), or on the CPU where the
     device has no room for it (a GPU shared by several audits)."""
-    try:
-        return oracle(*[a.to(device) if isinstance(a, torch.Tensor) else a for a in args])
-    except torch.OutOfMemoryError:
-        return oracle(*args)
+    return on_device_or_cpu(device, lambda d: oracle(*[a.to(d) if isinstance(a, torch.Tensor) else a for a in args]))

@@ -30,6 +30,7 @@ from worker.numerics.error_metrics import (
     index_count_labels,
     measure_output,
 )
+from worker.numerics.placement import on_device_or_cpu
 from worker.probes.diagnosis import diagnose
 from worker.probes.distributions import (
     ProbeInputError,
@@ -128,13 +129,8 @@ def _input_stats(case: Case) -> dict[str, Any]:
 def _measure(ctx: AuditContext, spec_: AuditSpec, case: Case, outs: list[torch.Tensor], ref: list[torch.Tensor], slack: float = 1.0) -> list[OutputError]:
     """Each output's error against the oracle, computed on the audit's GPU where there is one (the same fp64
     arithmetic; on the host it cost 5-15 s of a GPU audit's probes stage, H200 profile of 2026-12-02), on the CPU
-    where the GPU has no memory left."""
-    if str(ctx.device).startswith("cuda"):
-        try:
-            return _measure_on(torch.device(ctx.device), ctx, spec_, case, outs, ref, slack)
-        except torch.cuda.OutOfMemoryError:
-            torch.cuda.empty_cache()
-    return _measure_on(torch.device("cpu"), ctx, spec_, case, outs, ref, slack)
+    where the GPU has no memory left (worker.numerics.placement)."""
+    return on_device_or_cpu(ctx.device, lambda device: _measure_on(device, ctx, spec_, case, outs, ref, slack))
 
 
 def _measure_on(
@@ -231,17 +227,20 @@ def _own_precision_if_it_disagrees(
     # kernel is held to the reference as it runs on the same device (measured on the H200, 2026-12-02: a correct
     # MoE router, identical to its reference, failed 4 probes against the reference run on the CPU); on the CPU where
     # the reference cannot run on the device (a factory without `device=`, or no memory left)
-    devices = dict.fromkeys([str(ctx.device) if getattr(ctx.reference, "trusted", True) else "cpu", "cpu"])
-    for device in devices:
+    own: list[torch.Tensor] | None = None
+    for device in dict.fromkeys([str(ctx.device) if getattr(ctx.reference, "trusted", True) else "cpu", "cpu"]):
         args = [a.to(device, copy=True) if isinstance(a, torch.Tensor) else a for a in case.args(ctx.problem.definition)]
         try:
             with torch.no_grad():
                 own = [o.detach() for o in ctx.reference.run(args)]
-            errors = _measure(ctx, spec, case, own, promoted)
             break
         except Exception:  # noqa: BLE001 - a reference that fails unpromoted here cannot serve as the oracle
             continue
-    else:
+    if own is None:
+        return None
+    try:
+        errors = _measure(ctx, spec, case, own, promoted)
+    except Exception:  # noqa: BLE001 - outputs the measure cannot take (wrong shapes): no oracle either
         return None
     if all(e.passed for e in errors):
         return None
