@@ -153,6 +153,18 @@ def refuse_unless_isolated(settings: Settings) -> None:
     log.info("isolation checked: submissions run as uid %s in their own namespaces", report.get("uid"))
 
 
+def exit_if_cuda_broken(audit_id: str) -> None:
+    """After an audit whose trusted side broke this process's CUDA context (a device-side assert): exit, so that
+    the pool starts a fresh process instead of failing every later audit here. The audit is already finished; the
+    message's redelivery (acks_late) finds it finished and does nothing."""
+    from worker.numerics.cuda_health import cuda_context_broken
+
+    if cuda_context_broken():
+        log.critical("audit %s left this worker process's CUDA context unusable; exiting so the pool replaces it", audit_id)
+        logging.shutdown()
+        os._exit(70)  # EX_SOFTWARE
+
+
 def register(app: Celery, settings: Settings) -> None:
     local = ProcessLocal(settings)
 
@@ -174,4 +186,5 @@ def register(app: Celery, settings: Settings) -> None:
     def audit_task(audit_id: str) -> str:
         outcome = run_one(local, audit_id)
         log.info("audit %s: %s", audit_id, outcome)
+        exit_if_cuda_broken(audit_id)
         return outcome

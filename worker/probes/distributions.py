@@ -17,6 +17,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from worker.formats import Definition, Workload
+from worker.formats.workload import ScalarInput
 from worker.inputs import Case, build_case
 from worker.numerics.dtypes import to_torch
 from worker.probes.token_stats import LoadedTokenStats
@@ -378,18 +379,25 @@ class ProbeSources:
 
 def _workload_inputs(
     definition: Definition, probe: ProbeSpec, axes: dict[str, int], seed: int, sources: ProbeSources, device: str = "cpu",
+    made: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The inputs the probe does not list, made the way its base workload makes them, at the probe's axes (random
     ones made on `device`, a GPU's generator taking milliseconds where the host's took 16 s for a GEMM's probes,
-    then brought to the CPU like every probe input)."""
+    then brought to the CPU like every probe input).
+
+    The scalars the probe already `made` replace the base workload's: a custom generator reads them
+    (`segment_ids < num_segments`), and the base's value belongs to the base's axes, not the probe's drawn ones."""
     if probe.base_workload is None:
         return {}
     base = next((w for w in sources.workloads if w.uuid == probe.base_workload), None)
     if base is None or sources.reference is None:
         raise ProbeInputError(f"probe '{probe.name}': base workload '{probe.base_workload}' is not available")
     var_axes = {a: axes[a] for a in definition.var_axes}
+    scalars = {n: ScalarInput(type="scalar", value=v) for n, v in (made or {}).items()
+               if n in base.inputs and base.inputs[n].type == "scalar"}
+    probe_workload = base.model_copy(update={"axes": var_axes, "inputs": {**base.inputs, **scalars}})
     try:
-        case = build_case(definition, sources.reference, base.model_copy(update={"axes": var_axes}), seed, device=device)
+        case = build_case(definition, sources.reference, probe_workload, seed, device=device)
     except Exception as err:  # noqa: BLE001 - the workload's own generator (custom inputs) rejected these axes
         raise ProbeInputError(f"probe '{probe.name}': workload '{base.uuid}' inputs at axes {var_axes}: {err}") from err
     return {n: v.cpu() if isinstance(v, torch.Tensor) else v for n, v in case.inputs.items() if n not in probe.inputs}
@@ -420,7 +428,7 @@ def build_probe_case(
 
     for name, g in probe.inputs.items():
         done[name] = generate_input(context(name), g)
-    done.update(_workload_inputs(definition, probe, axes, seed, sources, device))
+    done.update(_workload_inputs(definition, probe, axes, seed, sources, device, done))
     for name, spec in definition.inputs.items():
         if name in done:
             continue
