@@ -11,6 +11,7 @@ import torch
 
 _ASSERT = """
 import torch
+from worker.numerics.cuda_health import cuda_context_broken
 assert not cuda_context_broken()  # before CUDA is used: nothing to break
 out = torch.zeros(4, 8, device="cuda")
 assert not cuda_context_broken()
