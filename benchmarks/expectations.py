@@ -14,8 +14,10 @@ KNOWN_BAD: dict[tuple[str, str], dict[str, str]] = {
     ("embedding_backward", "triton_bf16_atomic"): {"benchmark": "passed", "probes": "failed", "canary": "failed"},
     ("embedding_rmsnorm_backward", "pytorch_bf16_embed_accum"): {"benchmark": "passed", "probes": "failed", "canary": "failed"},
     ("embedding_rmsnorm_backward", "triton_bf16_embed_atomic"): {"benchmark": "passed", "probes": "failed", "canary": "failed"},
-    # rounds its grad_weight partials to bf16: fails probes (and usually the elementwise rule too)
-    ("rmsnorm_backward", "triton_bf16_partials"): {"benchmark": "any", "probes": "failed"},
+    # rounds its grad_weight partials to bf16: fails probes (and usually the elementwise rule too). The canary may
+    # catch it as well: on the H200 (2026-12-02) its gradient fidelity was 10.7x the exact gradient's error, over the
+    # limit, while the training loss stayed within the noise; on the CPU's smaller model it passes
+    ("rmsnorm_backward", "triton_bf16_partials"): {"benchmark": "any", "probes": "failed", "canary": "any"},
     # correct by Hugging Face semantics, yet the benchmark's elementwise rule rejects it
     ("rmsnorm_backward", "pytorch_hf_bf16_terms"): {"benchmark": "any"},
     # the definitions added to measure the generic path. "benchmark": as measured on the CPU workloads ("any" where

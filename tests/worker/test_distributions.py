@@ -99,6 +99,17 @@ def test_real_text_at_a_drawn_vocabulary_uses_the_ladder_tokenizer_below_it(defi
     assert int(ids.max()) < 2048 and any(torch.equal(stream[int(o) : int(o) + 4096], ids) for o in first[:5000])
 
 
+@pytest.mark.parametrize("high", [192, 40, 1])
+def test_real_text_below_a_byte_alphabet_folds_ranks_and_keeps_the_heavy_head(definition: Definition, high: int) -> None:
+    # segment or class counts can be below the 256 ids of a byte-level BPE's alphabet: ids must still be in range
+    p = probe({"kind": "real_text_ids", "high_axis": "vocab_size"}, axes={**AXES, "vocab_size": high, "num_tokens": 8192})
+    ids = build_probe_case(definition, p, "cpu", 5).inputs["indices"]
+    assert ids.shape == (8192,) and 0 <= int(ids.min()) and int(ids.max()) < high
+    byte_stream = corpus_token_ids(256)
+    top = int(torch.bincount(byte_stream).max()) / byte_stream.numel()
+    assert int(counts(ids).max()) / ids.numel() >= 0.8 * top  # the most frequent token is at least as hot as in text
+
+
 def test_hot_id_takes_the_fraction(definition: Definition) -> None:
     ids = build_probe_case(definition, probe({"kind": "hot_id", "fraction": 0.5, "high_axis": "vocab_size"}), "cpu", 2).inputs["indices"]
     c = counts(ids)

@@ -23,7 +23,7 @@ from worker.numerics.dtypes import to_torch
 from worker.probes.token_stats import LoadedTokenStats
 from worker.problem_spec import InputGenerator, ProbeSpec
 from worker.reference import Reference
-from worker.text import corpus_token_ids, ladder_vocab
+from worker.text import text_token_ids
 
 
 class ProbeInputError(ValueError):
@@ -183,7 +183,7 @@ def _real_text_flat(ctx: GenContext, high: int) -> torch.Tensor:
                 f"{ctx.token_stats.source})" + (f"; {folded} ids >= {high} folded into range" if folded else "")
             )
         return ids
-    stream = corpus_token_ids(ladder_vocab(high))  # a cached tokenizer, not one trained per drawn vocabulary size
+    stream = text_token_ids(high)  # a cached tokenizer, not one trained per drawn vocabulary size
     n = ctx.numel
     if stream.numel() <= n:
         stream = stream.repeat(n // max(stream.numel(), 1) + 2)

@@ -78,6 +78,24 @@ def ladder_vocab(vocab_size: int) -> int:
     return fits[-1] if fits else vocab_size
 
 
+def text_token_ids(high: int) -> torch.Tensor:
+    """The corpus as a stream of token ids below `high`, for a probe's real text.
+
+    From 256 ids up: tokenised at the ladder size. Below 256 (segment or class counts can be that small) a byte-level
+    BPE cannot have so few ids: its alphabet alone is 256 bytes. There, the 256-id stream is relabelled by frequency
+    rank and the ranks folded modulo `high`: the most frequent tokens keep ids of their own, and the rare ones add to
+    them, so the distribution keeps its heavy head."""
+    if high >= VOCAB_LADDER[0]:
+        return corpus_token_ids(ladder_vocab(high))
+    if high < 1:
+        raise ValueError(f"no token ids below {high}")
+    stream = corpus_token_ids(VOCAB_LADDER[0])
+    counts = torch.bincount(stream, minlength=VOCAB_LADDER[0])
+    rank = torch.empty_like(counts)
+    rank[torch.argsort(counts, descending=True, stable=True)] = torch.arange(counts.numel())
+    return rank[stream] % high
+
+
 def corpus_token_ids(vocab_size: int) -> torch.Tensor:
     """The whole corpus as one int64 token stream (about 1.1M tokens at 16k vocab)."""
     return torch.from_numpy(_ids_array(vocab_size).copy())
