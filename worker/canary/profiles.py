@@ -45,6 +45,9 @@ class CanaryProfile(BaseModel):
     autocast_bf16: bool = False
     threads: int | None = Field(None, description="torch intra-op threads for every run (None: leave as is); 1 avoids spin-wait contention on shared CPUs")
     child_timeout_s: float = 300.0
+    seed_pool: int | None = Field(None, description="canary seeds drawn from this many fixed ones, so that the parent's "
+                                  "runs repeat and are read from disk (worker.canary.parent_cache); None: a fresh seed "
+                                  "per audit, nothing cached")
 
 
 CPU = CanaryProfile(
@@ -68,6 +71,9 @@ CPU = CanaryProfile(
     repeat_runs=0,  # the CPU is deterministic: a rerun of the reference gives a gap of exactly 0
     loss_floor=0.01,
     child_timeout_s=180.0,
+    # the parent's four runs are most of a CPU canary (34-41 s of 36-44 s for cross-entropy, 2026-12-02): four fixed
+    # seeds let a worker read them back after the first audit of a problem at each
+    seed_pool=4,
 )
 
 GPU = CanaryProfile(

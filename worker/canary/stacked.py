@@ -123,6 +123,7 @@ def train_stacked(
     device: torch.device | str,
     checkpoints: tuple[int, ...] | None = None,
     stop: threading.Event | None = None,
+    widen: tuple[threading.Event, int] | None = None,
 ) -> list[TrainOutput]:
     """worker.canary.train.train for every kernel at once: one TrainOutput per kernel, in order.
 
@@ -130,7 +131,9 @@ def train_stacked(
     in one stacked tensor per parameter, updated by one torch.optim optimiser; the model sees every member's
     weights concatenated, so the trusted layers still run once for all (SGD and AdamW runs in one pass: on a
     GPU a model this small is bound by kernel launches, not arithmetic).
-    `stop`, once set, ends the training at the next step with CanaryStopped (its caller is unwinding)."""
+    `stop`, once set, ends the training at the next step with CanaryStopped (its caller is unwinding).
+    `widen` = (event, threads): once the event is set (the submission's process next to this one has finished
+    training, freeing its cores), the rest of the training runs on that many intra-op threads."""
     device = torch.device(device)
     k = len(kernels)
     if k == 0:
@@ -163,6 +166,8 @@ def train_stacked(
     for step in range(steps):
         if stop is not None and stop.is_set():
             raise CanaryStopped(f"stopped at step {step} of {steps}")
+        if widen is not None and widen[0].is_set() and torch.get_num_threads() < widen[1]:
+            torch.set_num_threads(widen[1])  # OpenMP's count is per thread: set here, in the training thread
         seq = batches[step].to(device=device, dtype=torch.long)
         model = StackedDecoder(p, binding, ops, joined())
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=p.autocast_bf16 and device.type == "cuda"):
@@ -199,14 +204,18 @@ def train_stacked(
 def parent_thread(device: torch.device | str, threads: int | None) -> Iterator[None]:
     """Set up a thread that trains next to others: its own intra-op thread count (OpenMP's is per thread)
     and, on a GPU, its own CUDA stream, drained before the thread's results are used elsewhere."""
+    before = torch.get_num_threads()
     if threads:
         torch.set_num_threads(threads)
-    device = torch.device(device)
-    if device.type != "cuda":
-        yield
-        return
-    stream = torch.cuda.Stream(device=device)
-    stream.wait_stream(torch.cuda.current_stream(device))
-    with torch.cuda.stream(stream):
-        yield
-    stream.synchronize()
+    try:
+        device = torch.device(device)
+        if device.type != "cuda":
+            yield
+            return
+        stream = torch.cuda.Stream(device=device)
+        stream.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(stream):
+            yield
+        stream.synchronize()
+    finally:
+        torch.set_num_threads(before)  # this thread's later work (the next stage, the next audit) as it was

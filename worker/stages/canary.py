@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from worker.canary import judge
+from worker.canary import judge, parent_cache
 from worker.canary.binding import CanaryUnsupported, Kernel, OpBinding, bind
 from worker.canary.data import canary_text
 from worker.canary.model import init_state
@@ -30,6 +30,7 @@ from worker.canary.train import (
 from worker.context import AuditContext
 from worker.numerics.placement import on_device_or_cpu
 from worker.stages.result import StageResult, StageStatus
+from worker.text.tokenizer import cache_dir
 
 NAME = "canary"
 
@@ -84,6 +85,8 @@ def _run(ctx: AuditContext, p: CanaryProfile, binding: OpBinding) -> StageResult
     t0 = time.perf_counter()
     device = ctx.device
     seed = ctx.derive_seed("canary")
+    if p.seed_pool:
+        seed = parent_cache.pooled_seed(seed, p.seed_pool)
     text = canary_text(p, seed, ctx.problem.token_stats)  # the built-in text, or the user's token statistics
     batches, held = text.batches, text.heldout
     init = init_state(p, binding.site, seed)
@@ -103,11 +106,31 @@ def _run(ctx: AuditContext, p: CanaryProfile, binding: OpBinding) -> StageResult
         kernels += [ref] * (1 + p.repeat_runs) + [perturbed_kernel(ref, seed + 1000 + i, device) for i in range(p.perturbed_runs)]
     member_opts = [opt for opt in p.optimizers for _ in range(per_opt)]
     stop = threading.Event()  # set when this stage unwinds early: the parent's training stops at its next step
+    # on the CPU the submission's process holds p.threads cores while it trains its runs, half as many as the parent's:
+    # once it has finished, the parent's training takes those cores too
+    child_done = threading.Event()
+    widen = (child_done, 2 * p.threads) if torch.device(device).type == "cpu" and p.threads else None
+
+    cache_key = parent_cache.key(
+        definition=ctx.problem.definition.model_dump_json(), binding=binding.model_dump_json(), profile=p.model_dump_json(),
+        device=device, seed=seed, batches=batches, heldout=held, init=init) if p.seed_pool else None
 
     def parent_runs() -> dict[Optimizer, dict[str, Any]]:
+        if cache_key is not None:
+            cached = parent_cache.load(cache_dir(), cache_key)
+            if cached is not None:
+                timings["parent_read_from_cache"] = 1.0
+                return cached  # type: ignore[return-value]
+        runs = train_parent_runs()
+        if cache_key is not None:  # the SGD states are kept only where the fidelity check reads them
+            parent_cache.store(cache_dir(), cache_key, {opt: {**r, "states": {s: st for s, st in r["states"].items() if s in p.fidelity_steps}}
+                                                        for opt, r in runs.items()})
+        return runs
+
+    def train_parent_runs() -> dict[Optimizer, dict[str, Any]]:
         with parent_thread(device, p.threads):
             t = time.perf_counter()
-            outs = train_stacked(p, binding, kernels, init, batches, member_opts, device, tuple(steps), stop=stop)
+            outs = train_stacked(p, binding, kernels, init, batches, member_opts, device, tuple(steps), stop=stop, widen=widen)
             timings["parent_train_s"] = round(time.perf_counter() - t, 2)
             t = time.perf_counter()
             evals = [evaluate(o.checkpoints) for o in outs]
@@ -138,6 +161,7 @@ def _run(ctx: AuditContext, p: CanaryProfile, binding: OpBinding) -> StageResult
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="canary") as pool:
         try:
             child = pool.submit(submission_runs)
+            child.add_done_callback(lambda _f: child_done.set())
             parent = parent_runs()
             t = time.perf_counter()
             reply, secs = child.result()  # a SandboxError from the child propagates (the engine judges it)
