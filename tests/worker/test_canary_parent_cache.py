@@ -87,3 +87,18 @@ def test_the_key_covers_the_definition_and_the_data() -> None:
     assert parent_cache.key(**{**base, "init": {"w": torch.ones(2)}}) != k  # type: ignore[arg-type]
     assert parent_cache.key(**{**base, "seed": 2}) != k  # type: ignore[arg-type]
     assert parent_cache.key(**base) == k  # type: ignore[arg-type]
+
+
+def test_the_least_recently_used_entries_go_beyond_the_limit(cache: Path) -> None:
+    import os
+
+    import torch
+
+    for i, key in enumerate(("a", "b", "c")):
+        parent_cache.store(cache, key, {"sgd": {"eval": [float(i)]}}, max_entries=2)
+        os.utime(cache / "canary-parent" / f"{key}.pt", (1000 + i, 1000 + i))
+    assert parent_cache.load(cache, "a") is None  # evicted when "c" came
+    assert parent_cache.load(cache, "b") == {"sgd": {"eval": [1.0]}}  # a hit: now the most recently used
+    parent_cache.store(cache, "d", {"sgd": {"eval": [3.0]}}, max_entries=2)
+    assert sorted(p.stem for p in (cache / "canary-parent").glob("*.pt")) == ["b", "d"]
+    assert torch.load(cache / "canary-parent" / "d.pt", weights_only=True) == {"sgd": {"eval": [3.0]}}

@@ -70,18 +70,34 @@ def _path(folder: Path, key: str) -> Path:
     return folder / "canary-parent" / f"{key}.pt"
 
 
+# about 6 MB an entry on the CPU profile (two SGD checkpoints and the losses): 64 hold four seeds of 16 problems
+MAX_ENTRIES = 64
+
+
 def load(folder: Path, key: str) -> dict[str, Any] | None:
-    """The stored runs, or None (absent or unreadable)."""
+    """The stored runs, or None (absent or unreadable). A hit marks the entry used (its mtime), for eviction."""
+    path = _path(folder, key)
     try:
-        return torch.load(_path(folder, key), map_location="cpu", weights_only=True)  # type: ignore[no-any-return]
+        runs = torch.load(path, map_location="cpu", weights_only=True)
+        os.utime(path)
+        return runs  # type: ignore[no-any-return]
     except Exception:  # noqa: BLE001 - absent, truncated, corrupt or from another torch: a miss, trained again
         return None
 
 
-def store(folder: Path, key: str, runs: dict[str, Any]) -> None:
-    """Write atomically: a reader sees the whole entry or none."""
+def store(folder: Path, key: str, runs: dict[str, Any], max_entries: int = MAX_ENTRIES) -> None:
+    """Write atomically (a reader sees the whole entry or none), then drop the least recently used entries beyond
+    `max_entries` (an engine or definition that changed leaves entries no key will ask for again)."""
     path = _path(folder, key)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".{os.getpid()}.tmp")
     torch.save(runs, tmp)
     tmp.replace(path)
+    entries = []
+    for p in path.parent.glob("*.pt"):
+        try:
+            entries.append((p.stat().st_mtime, p))
+        except FileNotFoundError:  # another worker evicted it meanwhile
+            continue
+    for _, old in sorted(entries, reverse=True)[max_entries:]:
+        old.unlink(missing_ok=True)
