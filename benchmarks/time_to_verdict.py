@@ -221,6 +221,9 @@ def markdown(meta: dict[str, Any], batches: list[dict[str, Any]]) -> str:
             cells = [f"{r['stage_s'][n]:.1f}" if r["stage_s"].get(n) is not None else "" for n in names]
             status = {n: r["statuses"].get(n, "") for n in names}
             cells = [f"{c} ({status[n]})" if c else "" for c, n in zip(cells, names)]
+            if "canary" in names and ((r.get("canary") or {}).get("timings") or {}).get("parent_read_from_cache"):
+                i = names.index("canary")
+                cells[i] += ", parent's runs read from its cache"
             lines.append(f"| {r['problem']}/{r['solution']} | {r['verdict']} | {r['matches_expectation']} | {r['wall_s']:.1f} | "
                          + " | ".join(cells) + " |")
         lines.append("")
