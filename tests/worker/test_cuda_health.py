@@ -8,7 +8,6 @@ import sys
 import pytest
 import torch
 
-
 _ASSERT = """
 import torch
 from worker.numerics.cuda_health import cuda_context_broken

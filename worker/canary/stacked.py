@@ -204,18 +204,14 @@ def train_stacked(
 def parent_thread(device: torch.device | str, threads: int | None) -> Iterator[None]:
     """Set up a thread that trains next to others: its own intra-op thread count (OpenMP's is per thread)
     and, on a GPU, its own CUDA stream, drained before the thread's results are used elsewhere."""
-    before = torch.get_num_threads()
     if threads:
         torch.set_num_threads(threads)
-    try:
-        device = torch.device(device)
-        if device.type != "cuda":
-            yield
-            return
-        stream = torch.cuda.Stream(device=device)
-        stream.wait_stream(torch.cuda.current_stream(device))
-        with torch.cuda.stream(stream):
-            yield
-        stream.synchronize()
-    finally:
-        torch.set_num_threads(before)  # this thread's later work (the next stage, the next audit) as it was
+    device = torch.device(device)
+    if device.type != "cuda":
+        yield
+        return
+    stream = torch.cuda.Stream(device=device)
+    stream.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(stream):
+        yield
+    stream.synchronize()
