@@ -62,7 +62,7 @@ def check_determinism(
     """The same inputs twice: differences beyond a couple of ulps on more than a few elements are flagged."""
     per_output: dict[str, Any] = {}
     bad = []
-    for name, a, b in zip(names, outs_a, outs_b):
+    for name, a, b in zip(names, outs_a, [b.to(a.device) for a, b in zip(outs_a, outs_b)]):
         written = ~(_is_poison(a, poison_a) | _is_poison(b, poison_b))
         if a.dtype.is_floating_point:
             d = ulps(a, b, a.dtype)[written]
@@ -102,7 +102,7 @@ def check_poison(
     """Two calls with outputs pre-filled with two poison values: an element equal to the poison in both is unwritten."""
     per_output: dict[str, Any] = {}
     bad = []
-    for name, a, b in _float_pairs(names, outs_a, outs_b):
+    for name, a, b in _float_pairs(names, outs_a, [b.to(a.device) for a, b in zip(outs_a, outs_b)]):
         unwritten = _is_poison(a, poison_a) & _is_poison(b, poison_b)
         n = int(unwritten.sum())
         examples = [list(map(int, idx)) for idx in unwritten.nonzero()[:8].tolist()]
@@ -163,10 +163,11 @@ def check_permutation(
     """Permute the inputs along an order-free axis: outputs indexed by it permute along, reduced ones stay put."""
     per_output: dict[str, Any] = {}
     bad = []
-    for name, a, b in zip(names, outs, outs_perm):
+    # outputs may be on the device (worker.sandbox.device_share) or, where it had no room, on the host
+    for name, a, b in zip(names, outs, [b.to(a.device) for a, b in zip(outs, outs_perm)]):
         expected = a
         for dim in permuted_dims.get(name, []):
-            expected = expected.index_select(dim, perm)
+            expected = expected.index_select(dim, perm.to(a.device))
         if a.dtype.is_floating_point:
             d = ulps(expected, b, a.dtype)
             changed, beyond = int((d > 0).sum()), int((d > ULP_SLACK).sum())

@@ -2,7 +2,9 @@
 
 Everything here runs in the submitter's process, so nothing here decides a
 verdict: it moves tensors to the device, calls the kernel and sends tensors back.
-Usage (by worker.sandbox.runner only): python -m worker.sandbox.child READ_FD WRITE_FD
+Usage (by worker.sandbox.runner only): python -m worker.sandbox.child READ_FD WRITE_FD [SHARE_FD]
+(SHARE_FD: a Unix socket on which device outputs' file descriptors go to the parent, see
+worker.sandbox.device_share)
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import os
+import socket
 import sys
 import traceback
 from collections.abc import Callable
@@ -21,16 +24,23 @@ import torch
 from worker import generated
 from worker.canary import child_ops as canary_ops
 from worker.numerics import timing
-from worker.sandbox import framing, harness, spill
+from worker.sandbox import device_share, framing, harness, spill
 from worker.sandbox.harness import HarnessState
 
 
 def op_hello(state: HarnessState, payload: dict[str, Any]) -> dict[str, Any]:
     state.device = torch.device(payload.get("device", "cpu"))
+    shared = False
     if state.device.type == "cuda":
         torch.cuda.init()
         torch.empty(1, device=state.device)
-    return {"ok": True, "pid": os.getpid(), "torch": str(torch.__version__)}
+        if payload.get("device_share"):
+            try:
+                state.exporter = device_share.Exporter(state.device)
+                shared = True
+            except (OSError, device_share.DeviceShareError):
+                state.exporter = None
+    return {"ok": True, "pid": os.getpid(), "torch": str(torch.__version__), "device_share": shared}
 
 
 def op_warm(state: HarnessState, payload: dict[str, Any]) -> dict[str, Any]:
@@ -65,11 +75,16 @@ def op_load(state: HarnessState, payload: dict[str, Any]) -> dict[str, Any]:
     return {"ok": True}
 
 
-def _plain(t: Any) -> torch.Tensor:
+def _plain(t: Any, state: HarnessState | None = None) -> torch.Tensor:
+    """A plain tensor of the kernel's output: on the host, or, where the parent takes device outputs
+    (`state.exporter`), still on the device (the reply's export copies it, see worker.sandbox.device_share)."""
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"the kernel returned a {type(t).__name__}, not a torch.Tensor")
     # a tensor subclass could defer work or lie about its values: materialise a plain copy
-    return torch.Tensor.as_subclass(t.detach(), torch.Tensor).to("cpu", copy=True).contiguous()
+    plain = torch.Tensor.as_subclass(t.detach(), torch.Tensor)
+    if state is not None and state.exporter is not None and plain.device.type == "cuda":
+        return plain.contiguous()
+    return plain.to("cpu", copy=True).contiguous()
 
 
 def op_call(state: HarnessState, payload: dict[str, Any]) -> dict[str, Any]:
@@ -86,7 +101,7 @@ def op_call(state: HarnessState, payload: dict[str, Any]) -> dict[str, Any]:
     return {
         "ok": True,
         "tampered": state.tampered(),
-        "outputs": [_plain(r) for r in results],
+        "outputs": [_plain(r, state) for r in results],
         "exact_tensor_types": exact_types,
         "args_after": after,
         "made_digests": [made_digests[i] for i in made],
@@ -126,7 +141,7 @@ def op_time(state: HarnessState, payload: dict[str, Any]) -> dict[str, Any]:
 
     sample = timing.measure(call, state.device, cfg, prepare=prepare, clock=state.perf_counter,
                             event=state.pristine["torch.cuda.Event"], elapsed=state.pristine["torch.cuda.Event.elapsed_time"])
-    outputs = [_plain(r) for i in sorted(kept) for r in kept[i]]
+    outputs = [_plain(r, state) for i in sorted(kept) for r in kept[i]]
     return {"ok": True, **sample.model_dump(exclude_none=True), "outputs": outputs, "checked": sorted(kept),
             "tampered": state.tampered(), "made_digests": made_digests}
 
@@ -144,6 +159,7 @@ OPS: dict[str, Callable[[HarnessState, dict[str, Any]], dict[str, Any]]] = {
 
 def main() -> None:
     read_fd, write_fd = int(sys.argv[1]), int(sys.argv[2])
+    share = socket.socket(fileno=int(sys.argv[3])) if len(sys.argv) > 3 else None
     state = HarnessState(OPS)
     spill_dir = spill.open_folder(Path.cwd() / spill.FOLDER)
     while True:
@@ -158,8 +174,13 @@ def main() -> None:
         except KeyError:
             framing.write_frame(write_fd, {"ok": False, "kind": "harness", "error": f"unknown op '{op}'", "nonce": nonce})
             continue
+        if state.exporter is not None:
+            state.exporter.release()  # the parent copied the last reply's device outputs before this request
         try:
             reply = handler(state, spill.unspill_message(spill_dir, msg, copy=False))
+            if state.exporter is not None and share is not None:
+                reply, fds = state.exporter.share_message(reply)
+                device_share.send_fds(share, nonce, fds)
             reply, _ = spill.spill_message(spill_dir, reply, nonce)
         except BaseException as err:  # noqa: BLE001 - everything the submission raises goes back as data
             if isinstance(err, KeyboardInterrupt):

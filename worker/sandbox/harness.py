@@ -43,6 +43,8 @@ class HarnessState:
         self.device = torch.device("cpu")
         self.fn: Callable[..., Any] | None = None
         self.dps = True
+        # set by 'hello' when the parent takes device outputs as exported CUDA memory (worker.sandbox.device_share)
+        self.exporter: Any = None
         # trusted references to the timers, taken before any submission code runs
         self.perf_counter = time.perf_counter
         self.pristine: dict[str, object] = _watched()

@@ -6,6 +6,7 @@ import os
 import secrets
 import select
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -17,7 +18,7 @@ from types import TracebackType
 from typing import Any
 
 from worker.formats import Solution
-from worker.sandbox import framing, isolation, spill
+from worker.sandbox import device_share, framing, isolation, spill
 from worker.sandbox.isolation import Isolation, IsolationPolicy, namespaces_available
 from worker.sandbox.output import OutputCapture
 
@@ -129,6 +130,7 @@ class Sandbox:
         self._ns_pidfd = -1
         self._to_child = -1
         self._from_child = -1
+        self._share: socket.socket | None = None  # device outputs' fds arrive here (worker.sandbox.device_share)
         self._loaded: Solution | None = None
 
     @property
@@ -155,6 +157,11 @@ class Sandbox:
         self._spill_fd = spill.open_folder(self._spill_dir)  # opened before the child exists: it cannot swap it
         command = [sys.executable, "-m", "worker.sandbox.child", str(c_read), str(c_write)]
         fds = [c_read, c_write]
+        share_child: socket.socket | None = None
+        if device_share.enabled(self.device):
+            self._share, share_child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            command.append(str(share_child.fileno()))
+            fds.append(share_child.fileno())
         info_r = info_w = -1
         if self._isolation == "namespaces":
             bwrap = isolation.bwrap_binary() or "bwrap"
@@ -168,6 +175,7 @@ class Sandbox:
             except isolation.IsolationUnavailable as err:
                 for fd in (info_r, info_w, c_read, c_write, p_read, p_write):
                     os.close(fd)
+                self._close_share(share_child)
                 raise SandboxError(str(err)) from err
             home = Path(isolation.WORK_DIR)
             extra_env = {"USER": "user", "LOGNAME": "user"}  # its uid has no passwd entry: getpass.getuser() needs these
@@ -191,7 +199,10 @@ class Sandbox:
         finally:
             self._output.child_started()
             for fd in fds:
-                os.close(fd)
+                if share_child is None or fd != share_child.fileno():
+                    os.close(fd)
+            if share_child is not None:
+                share_child.close()
         self._to_child, self._from_child = p_write, p_read
         if info_r >= 0:
             try:
@@ -202,7 +213,21 @@ class Sandbox:
                 log = self.log_tail()
                 self.close()
                 raise SandboxError(f"the isolated sandbox could not be set up: {err}", log) from err
-        self.request("hello", {"device": self.device}, timeout_s=self.start_timeout_s)
+        hello = self.request("hello", {"device": self.device, "device_share": self._share is not None},
+                             timeout_s=self.start_timeout_s)
+        if not hello.get("device_share"):
+            self._close_share()  # the child could not export: its outputs come through the host
+
+    def _close_share(self, other: socket.socket | None = None) -> None:
+        for s in (self._share, other):
+            if s is not None:
+                s.close()
+        self._share = None
+
+    @property
+    def shares_device_outputs(self) -> bool:
+        """Whether large GPU outputs reach the parent as exported device memory, not host files."""
+        return self._share is not None
 
     def close(self) -> None:
         if self._proc is not None:
@@ -214,6 +239,7 @@ class Sandbox:
                 except OSError:
                     pass
         self._to_child = self._from_child = -1
+        self._close_share()
         self._ns = None
         if self._spill_fd >= 0:
             os.close(self._spill_fd)
@@ -322,6 +348,7 @@ class Sandbox:
             self.close()
             raise SandboxCrash(f"the reply to '{op}' is out of sequence: the result channel was written by someone else", log)
         try:
+            reply = device_share.receive_message(self._share, reply, nonce, self.device, deadline)
             reply = spill.unspill_message(self._spill_fd, reply, copy=True)
         except (spill.SpillError, OSError) as err:
             log = self.log_tail()

@@ -1,0 +1,339 @@
+"""GPU outputs cross the trust boundary on the device: CUDA virtual memory exported as file descriptors.
+
+On a GPU worker the kernel's outputs used to travel device -> host -> file -> host -> device, both sides copying;
+a 1 GiB `grad_logits` did that 30 times in one benchmark stage. Legacy CUDA IPC handles (what PyTorch's tensor
+sharing uses) do not cross the sandbox's PID namespace, so this uses the driver's virtual memory management
+instead: the child copies each large output into physical memory it made with `cuMemCreate`, exports it as a POSIX
+file descriptor (`cuMemExportToShareableHandle`) and passes the descriptors over a Unix socket (SCM_RIGHTS) next to
+its reply. The reply carries, in place of each such tensor, a descriptor {"__device__": k, "dtype", "shape"}.
+The parent imports descriptor k, maps it, copies the bytes into a tensor of its own on its device at once, and
+unmaps and releases it: nothing of the child's stays mapped in the parent.
+
+The parent treats everything the child sends as hostile. The fds arrive in one message that must carry the
+request's nonce and exactly as many fds as the reply has descriptors; the dtype must be one of a fixed set and the
+shape a list of small non-negative integers whose size stays under MAX_BYTES; the parent computes the byte count
+itself and maps only that much (a handle whose memory is smaller is refused by the driver); an fd that is not a
+CUDA allocation (a file, a pipe, /dev/null) is refused by the driver's import. Any of these ends the child. What the
+child could still do, write into its memory while the parent copies, changes only the values it is judged on,
+which it chooses anyway. Every received fd is closed, in every path.
+
+Only the CPU-side Python and ctypes are used, no new dependency: `libcuda.so.1` is the driver every CUDA build of
+torch already loads.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import select
+import socket
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from worker.sandbox.spill import MAX_BYTES, SPILL_BYTES, SpillError, _DTYPES, _dtype_name
+
+KEY = "__device__"
+SHARED_KEYS = ("outputs",)  # only the outputs: inputs are made on both sides, and inputs after the call are digests
+MAX_FDS = 64  # more device outputs than this in one reply go through the host as before
+
+_HANDLE_POSIX_FD = 1  # CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR
+_ALLOC_PINNED = 1  # CU_MEM_ALLOCATION_TYPE_PINNED
+_LOCATION_DEVICE = 1  # CU_MEM_LOCATION_TYPE_DEVICE
+_ACCESS_READWRITE = 3  # CU_MEM_ACCESS_FLAGS_PROT_READWRITE
+_GRANULARITY_MINIMUM = 0
+
+
+class DeviceShareError(SpillError):
+    """The driver refused an export or import, or a descriptor or fd message is not what it claims."""
+
+
+class _Location(ctypes.Structure):
+    _fields_ = [("type", ctypes.c_int), ("id", ctypes.c_int)]
+
+
+class _AllocFlags(ctypes.Structure):
+    _fields_ = [("compressionType", ctypes.c_ubyte), ("gpuDirectRDMACapable", ctypes.c_ubyte),
+                ("usage", ctypes.c_ushort), ("reserved", ctypes.c_ubyte * 4)]
+
+
+class _AllocProp(ctypes.Structure):
+    _fields_ = [("type", ctypes.c_int), ("requestedHandleTypes", ctypes.c_int), ("location", _Location),
+                ("win32HandleMetaData", ctypes.c_void_p), ("allocFlags", _AllocFlags)]
+
+
+class _AccessDesc(ctypes.Structure):
+    _fields_ = [("location", _Location), ("flags", ctypes.c_int)]
+
+
+def _driver() -> ctypes.CDLL:
+    return ctypes.CDLL("libcuda.so.1")
+
+
+def _check(lib: ctypes.CDLL, result: int, what: str) -> None:
+    if result != 0:
+        name = ctypes.c_char_p()
+        lib.cuGetErrorName(result, ctypes.byref(name))
+        raise DeviceShareError(f"{what} failed: {(name.value or b'CUDA error').decode()} ({result})")
+
+
+def _prop(ordinal: int) -> _AllocProp:
+    prop = _AllocProp()
+    prop.type = _ALLOC_PINNED
+    prop.requestedHandleTypes = _HANDLE_POSIX_FD
+    prop.location = _Location(_LOCATION_DEVICE, ordinal)
+    return prop
+
+
+def _granularity(lib: ctypes.CDLL, ordinal: int) -> int:
+    g = ctypes.c_size_t()
+    _check(lib, lib.cuMemGetAllocationGranularity(ctypes.byref(g), ctypes.byref(_prop(ordinal)), _GRANULARITY_MINIMUM),
+           "cuMemGetAllocationGranularity")
+    return int(g.value)
+
+
+def _ensure_context(device: torch.device) -> None:
+    """The driver calls act on the current context: make torch's primary context current on this thread."""
+    torch.cuda.set_device(device)
+    torch.cuda.synchronize(device)
+
+
+class _RawBytes:
+    """A device address range in the CUDA array interface, for torch.as_tensor to wrap without a copy."""
+
+    def __init__(self, ptr: int, nbytes: int) -> None:
+        self.__cuda_array_interface__ = {"shape": (nbytes,), "typestr": "|u1", "data": (ptr, False), "version": 3,
+                                         "strides": None}
+
+
+@dataclass
+class _Mapping:
+    """One mapped allocation: reserve + map + access; `close` undoes it in reverse."""
+
+    lib: ctypes.CDLL
+    handle: ctypes.c_ulonglong
+    ptr: ctypes.c_ulonglong = field(default_factory=ctypes.c_ulonglong)
+    size: int = 0
+    mapped: bool = False
+
+    def map(self, size: int, ordinal: int, alignment: int) -> None:
+        lib = self.lib
+        _check(lib, lib.cuMemAddressReserve(ctypes.byref(self.ptr), ctypes.c_size_t(size), ctypes.c_size_t(alignment),
+                                            ctypes.c_ulonglong(0), ctypes.c_ulonglong(0)), "cuMemAddressReserve")
+        self.size = size
+        _check(lib, lib.cuMemMap(self.ptr, ctypes.c_size_t(size), ctypes.c_size_t(0), self.handle, ctypes.c_ulonglong(0)),
+               "cuMemMap")
+        self.mapped = True
+        desc = _AccessDesc(_Location(_LOCATION_DEVICE, ordinal), _ACCESS_READWRITE)
+        _check(lib, lib.cuMemSetAccess(self.ptr, ctypes.c_size_t(size), ctypes.byref(desc), ctypes.c_size_t(1)),
+               "cuMemSetAccess")
+
+    def bytes_view(self, nbytes: int, device: torch.device) -> torch.Tensor:
+        """The mapped bytes as a uint8 tensor (no copy; valid until `close`)."""
+        return torch.as_tensor(_RawBytes(int(self.ptr.value or 0), nbytes), device=device)
+
+    def close(self) -> None:
+        lib = self.lib
+        if self.mapped:
+            lib.cuMemUnmap(self.ptr, ctypes.c_size_t(self.size))
+            self.mapped = False
+        if self.size:
+            lib.cuMemAddressFree(self.ptr, ctypes.c_size_t(self.size))
+            self.size = 0
+        if self.handle.value:
+            lib.cuMemRelease(self.handle)
+            self.handle = ctypes.c_ulonglong(0)
+
+
+def _flat_bytes(t: torch.Tensor) -> torch.Tensor:
+    return t.detach().contiguous().reshape(-1).view(torch.uint8)
+
+
+# the child's side ------------------------------------------------------------------------------------------
+
+
+class Exporter:
+    """In the sandbox child: exports large device tensors and keeps each export alive until the next reply."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.lib = _driver()
+        self.ordinal = device.index if device.index is not None else torch.cuda.current_device()
+        _ensure_context(device)
+        self.granularity = _granularity(self.lib, self.ordinal)
+        self._live: list[tuple[_Mapping, int]] = []
+
+    def release(self) -> None:
+        """Drop the previous reply's exports (the parent copied them before it sent another request)."""
+        for m, fd in self._live:
+            m.close()
+            os.close(fd)
+        self._live = []
+
+    def export(self, t: torch.Tensor) -> int:
+        nbytes = t.numel() * t.element_size()
+        size = -(-nbytes // self.granularity) * self.granularity
+        lib = self.lib
+        handle = ctypes.c_ulonglong()
+        _check(lib, lib.cuMemCreate(ctypes.byref(handle), ctypes.c_size_t(size), ctypes.byref(_prop(self.ordinal)),
+                                    ctypes.c_ulonglong(0)), "cuMemCreate")
+        m = _Mapping(lib, handle)
+        try:
+            m.map(size, self.ordinal, self.granularity)
+            m.bytes_view(nbytes, self.device).copy_(_flat_bytes(t))
+            torch.cuda.synchronize(self.device)
+            fd = ctypes.c_int(-1)
+            _check(lib, lib.cuMemExportToShareableHandle(ctypes.byref(fd), handle, _HANDLE_POSIX_FD,
+                                                          ctypes.c_ulonglong(0)), "cuMemExportToShareableHandle")
+        except BaseException:
+            m.close()
+            raise
+        self._live.append((m, fd.value))
+        return fd.value
+
+    def share_message(self, message: dict[str, Any]) -> tuple[dict[str, Any], list[int]]:
+        """Replace the large device tensors of the shared keys by descriptors; returns the fds to send, in order."""
+        out = dict(message)
+        fds: list[int] = []
+        for key in SHARED_KEYS:
+            values = message.get(key)
+            if not isinstance(values, list):
+                continue
+            new = []
+            for v in values:
+                if (isinstance(v, torch.Tensor) and v.device.type == "cuda" and v.nbytes >= SPILL_BYTES
+                        and _dtype_name(v) in _DTYPES and len(fds) < MAX_FDS):
+                    try:
+                        fd = self.export(v)
+                    except DeviceShareError:  # out of device memory, say: this one goes through the host
+                        new.append(v.cpu())
+                        continue
+                    new.append({KEY: len(fds), "dtype": _dtype_name(v), "shape": list(v.shape)})
+                    fds.append(fd)
+                else:
+                    new.append(v.cpu() if isinstance(v, torch.Tensor) else v)
+            out[key] = new
+        return out, fds
+
+
+def send_fds(sock: socket.socket, tag: str, fds: list[int]) -> None:
+    """One message: the request's nonce, with the fds attached (SCM_RIGHTS)."""
+    if fds:
+        socket.send_fds(sock, [tag.encode()], fds)
+
+
+# the parent's side -----------------------------------------------------------------------------------------
+
+
+def descriptors(message: dict[str, Any]) -> int:
+    return sum(1 for key in SHARED_KEYS if isinstance(message.get(key), list)
+               for v in message[key] if isinstance(v, dict) and KEY in v)
+
+
+def _receive_fds(sock: socket.socket, tag: str, count: int, deadline: float) -> list[int]:
+    left = max(0.0, deadline - time.monotonic())
+    ready, _, _ = select.select([sock], [], [], left)
+    if not ready:
+        raise DeviceShareError("the device outputs' descriptors did not arrive in time")
+    data, fds, flags, _ = socket.recv_fds(sock, 64, count + 1, socket.MSG_DONTWAIT)
+    if data != tag.encode() or len(fds) != count or flags & (socket.MSG_CTRUNC | socket.MSG_TRUNC):
+        for fd in fds:
+            os.close(fd)
+        raise DeviceShareError(f"expected {count} device outputs with this request's nonce, got {len(fds)} "
+                               f"with {'the' if data == tag.encode() else 'another'} nonce")
+    return fds
+
+
+def _shape(desc: dict[str, Any]) -> tuple[torch.dtype, list[int], int]:
+    dtype = _DTYPES.get(desc.get("dtype")) if isinstance(desc.get("dtype"), str) else None
+    shape = desc.get("shape")
+    if dtype is None or not isinstance(shape, list) or len(shape) > 16 or not all(
+            type(s) is int and 0 <= s < 2**40 for s in shape):
+        raise DeviceShareError(f"a device output descriptor is malformed: {str(desc)[:200]}")
+    numel = 1
+    for s in shape:
+        numel *= s
+    nbytes = numel * torch.empty((), dtype=dtype).element_size()
+    if nbytes > MAX_BYTES or nbytes == 0:
+        raise DeviceShareError(f"a device output descriptor claims {nbytes} bytes")
+    return dtype, shape, nbytes
+
+
+def import_copy(fd: int, dtype: torch.dtype, shape: list[int], nbytes: int, device: torch.device) -> torch.Tensor:
+    """Map the child's allocation behind `fd` and copy `nbytes` of it into a new tensor of the parent's own."""
+    lib = _driver()
+    ordinal = device.index if device.index is not None else torch.cuda.current_device()
+    _ensure_context(device)
+    granularity = _granularity(lib, ordinal)
+    size = -(-nbytes // granularity) * granularity
+    handle = ctypes.c_ulonglong()
+    _check(lib, lib.cuMemImportFromShareableHandle(ctypes.byref(handle), ctypes.c_void_p(fd), _HANDLE_POSIX_FD),
+           "cuMemImportFromShareableHandle")
+    m = _Mapping(lib, handle)
+    try:
+        m.map(size, ordinal, granularity)
+        try:
+            out = torch.empty(shape, dtype=dtype, device=device)
+        except torch.OutOfMemoryError:  # a card shared by several audits: the parent's copy goes to the host
+            out = torch.empty(shape, dtype=dtype)
+        out.view(-1).view(torch.uint8).copy_(m.bytes_view(nbytes, device))
+        torch.cuda.synchronize(device)
+    finally:
+        m.close()
+    return out
+
+
+def receive_message(sock: socket.socket | None, message: dict[str, Any], tag: str, device: str,
+                    deadline: float) -> dict[str, Any]:
+    """Replace the reply's device descriptors by the parent's own copies; closes every fd it received."""
+    count = descriptors(message)
+    if not count:
+        return message
+    if sock is None:
+        raise DeviceShareError("the reply holds device outputs, but this sandbox shares none")
+    fds = _receive_fds(sock, tag, count, deadline)
+    dev = torch.device(device)
+    try:
+        out = dict(message)
+        for key in SHARED_KEYS:
+            values = message.get(key)
+            if not isinstance(values, list):
+                continue
+            new = []
+            for v in values:
+                if isinstance(v, dict) and KEY in v:
+                    k = v[KEY]
+                    if type(k) is not int or not 0 <= k < count:
+                        raise DeviceShareError(f"a device output descriptor names fd {k!r} of {count}")
+                    dtype, shape, nbytes = _shape(v)
+                    new.append(import_copy(fds[k], dtype, shape, nbytes, dev))
+                else:
+                    new.append(v)
+            out[key] = new
+        return out
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+def available(device: str) -> bool:
+    """Whether this process can map device memory shared as POSIX fds on `device` (a CUDA build, a driver with
+    VMM). Initialises CUDA in this process."""
+    if not device.startswith("cuda") or not torch.cuda.is_available():
+        return False
+    try:
+        lib = _driver()
+        dev = torch.device(device)
+        _ensure_context(dev)
+        _granularity(lib, dev.index if dev.index is not None else torch.cuda.current_device())
+    except (OSError, DeviceShareError, AttributeError, RuntimeError):
+        return False
+    return True
+
+
+def enabled(device: str) -> bool:
+    """Device outputs are shared on a GPU that supports it, unless KAUDIT_DEVICE_SHARE=0 (outputs through host
+    files, as before: for comparisons)."""
+    return os.environ.get("KAUDIT_DEVICE_SHARE", "1") != "0" and available(device)
