@@ -38,7 +38,7 @@ def op_hello(state: HarnessState, payload: dict[str, Any]) -> dict[str, Any]:
             try:
                 state.exporter = device_share.Exporter(state.device)
                 shared = True
-            except (OSError, device_share.DeviceShareError):
+            except Exception:  # noqa: BLE001 - no export here: outputs go through the host, as before
                 state.exporter = None
     return {"ok": True, "pid": os.getpid(), "torch": str(torch.__version__), "device_share": shared}
 

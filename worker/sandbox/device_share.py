@@ -94,10 +94,14 @@ def _granularity(lib: ctypes.CDLL, ordinal: int) -> int:
     return int(g.value)
 
 
+def _ordinal(device: torch.device) -> int:
+    return device.index if device.index is not None else torch.cuda.current_device()
+
+
 def _ensure_context(device: torch.device) -> None:
     """The driver calls act on the current context: make torch's primary context current on this thread."""
-    torch.cuda.set_device(device)
-    torch.cuda.synchronize(device)
+    torch.cuda.set_device(_ordinal(device))
+    torch.cuda.synchronize(_ordinal(device))
 
 
 class _RawBytes:
@@ -160,7 +164,7 @@ class Exporter:
     def __init__(self, device: torch.device) -> None:
         self.device = device
         self.lib = _driver()
-        self.ordinal = device.index if device.index is not None else torch.cuda.current_device()
+        self.ordinal = _ordinal(device)
         _ensure_context(device)
         self.granularity = _granularity(self.lib, self.ordinal)
         self._live: list[tuple[_Mapping, int]] = []
@@ -183,7 +187,7 @@ class Exporter:
         try:
             m.map(size, self.ordinal, self.granularity)
             m.bytes_view(nbytes, self.device).copy_(_flat_bytes(t))
-            torch.cuda.synchronize(self.device)
+            torch.cuda.synchronize(self.ordinal)
             fd = ctypes.c_int(-1)
             _check(lib, lib.cuMemExportToShareableHandle(ctypes.byref(fd), handle, _HANDLE_POSIX_FD,
                                                           ctypes.c_ulonglong(0)), "cuMemExportToShareableHandle")
@@ -264,7 +268,7 @@ def _shape(desc: dict[str, Any]) -> tuple[torch.dtype, list[int], int]:
 def import_copy(fd: int, dtype: torch.dtype, shape: list[int], nbytes: int, device: torch.device) -> torch.Tensor:
     """Map the child's allocation behind `fd` and copy `nbytes` of it into a new tensor of the parent's own."""
     lib = _driver()
-    ordinal = device.index if device.index is not None else torch.cuda.current_device()
+    ordinal = _ordinal(device)
     _ensure_context(device)
     granularity = _granularity(lib, ordinal)
     size = -(-nbytes // granularity) * granularity
@@ -279,7 +283,7 @@ def import_copy(fd: int, dtype: torch.dtype, shape: list[int], nbytes: int, devi
         except torch.OutOfMemoryError:  # a card shared by several audits: the parent's copy goes to the host
             out = torch.empty(shape, dtype=dtype)
         out.view(-1).view(torch.uint8).copy_(m.bytes_view(nbytes, device))
-        torch.cuda.synchronize(device)
+        torch.cuda.synchronize(ordinal)
     finally:
         m.close()
     return out
@@ -327,8 +331,8 @@ def available(device: str) -> bool:
         lib = _driver()
         dev = torch.device(device)
         _ensure_context(dev)
-        _granularity(lib, dev.index if dev.index is not None else torch.cuda.current_device())
-    except (OSError, DeviceShareError, AttributeError, RuntimeError):
+        _granularity(lib, _ordinal(dev))
+    except Exception:  # noqa: BLE001 - any failure here means: outputs through the host, as before
         return False
     return True
 

@@ -89,7 +89,7 @@ class SandboxPool:
             if sb is not None and self.warm:
                 # first use of the device's kernels, off the audit's clock (worker.canary.warm)
                 self.last_warm_s = float(sb.request("warm", {"steps": 2}, timeout_s=sb.start_timeout_s)["seconds"])
-        except SandboxError:
+        except Exception:  # noqa: BLE001 - any error: a spare that never became ready would hang every `take`
             if sb is not None:
                 sb.close()
             sb = None  # the audit that takes next starts its own, and reports the error there

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 
 from worker.catalogue import load_catalogue
 from worker.engine import run_audit
+from worker.sandbox import Sandbox
 from worker.sandbox.pool import SandboxPool
 
 EMB = load_catalogue().get("embedding_backward")
@@ -79,6 +81,41 @@ def test_a_spare_is_warmed_before_it_is_handed_out_and_warm_up_is_refused_after_
             assert "only before a submission is loaded" in str(err)
         else:
             raise AssertionError("warm-up ran after a submission was loaded")
+        sb.close()
+    finally:
+        pool.close()
+
+
+class _FailsOnce(Sandbox):
+    """A child whose first start raises an error that is not a SandboxError (as a bug in the start path would):
+    measured on the H200, such an error killed the starter thread and every later `take` waited forever."""
+
+    starts = 0
+
+    def start(self) -> None:
+        type(self).starts += 1
+        if type(self).starts == 1:
+            raise ValueError("an unexpected error while starting the spare")
+        super().start()
+
+
+def test_an_unexpected_error_starting_the_spare_does_not_hang_the_next_take() -> None:
+    pool = SandboxPool("cpu", "none", factory=lambda: _FailsOnce("cpu", isolation="none"))
+    done = threading.Event()
+    got: list[object] = []
+
+    def take() -> None:
+        try:
+            got.append(pool.take())
+        finally:
+            done.set()
+
+    try:
+        pool.prestart()
+        threading.Thread(target=take, daemon=True).start()
+        assert done.wait(120), "take() never returned: the starter thread died with the spare's error"
+        sb = got[0]
+        assert isinstance(sb, Sandbox) and sb.alive and pool.handed_warm == 0  # started anew for the audit
         sb.close()
     finally:
         pool.close()
