@@ -34,8 +34,10 @@ class AuditOutcome(StrEnum):
         return {Verdict.pass_: cls.passed, Verdict.fail: cls.failed, Verdict.error: cls.error}[verdict]
 
 
-# worst first: a verdict is the worst stage
-_SEVERITY = {StageStatus.error: 3, StageStatus.failed: 2, StageStatus.passed: 1, StageStatus.skipped: 0}
+# a verdict is the worst stage. A failed stage is conclusive, so it outranks a stage the auditor could not judge
+# (an error): otherwise a kernel that fails the probes could turn its verdict into "error" by breaking a later
+# stage, and an auditor's own error (a card out of memory) would hide a failure already established.
+_SEVERITY = {StageStatus.failed: 3, StageStatus.error: 2, StageStatus.passed: 1, StageStatus.skipped: 0}
 
 
 class StageResult(BaseModel):
@@ -65,8 +67,8 @@ class AuditReport(BaseModel):
     @staticmethod
     def verdict_of(stages: list[StageResult]) -> Verdict:
         worst = max((s.severity for s in stages), default=0)
-        if worst >= _SEVERITY[StageStatus.error]:
-            return Verdict.error
         if worst >= _SEVERITY[StageStatus.failed]:
             return Verdict.fail
+        if worst >= _SEVERITY[StageStatus.error]:
+            return Verdict.error
         return Verdict.pass_

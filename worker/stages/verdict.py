@@ -22,11 +22,16 @@ def judge(stages: list[StageResult]) -> StageResult:
         summary = "pass: " + ", ".join(ran) + " passed"
         status = StageStatus.passed
     else:
-        first = bad[0]
+        # the first stage of the verdict's own kind: a failure where there is one
+        kind = StageStatus.failed if verdict is Verdict.fail else StageStatus.error
+        first = next(s for s in bad if s.status is kind)
         diag = [d for s in bad for d in s.metrics.get("diagnosis", [])] if bad else []
         summary = f"{verdict.value}: caught by {first.name}: {first.summary}"
         if diag:
             summary += f" | diagnosis: {diag[0]}"
+        unjudged = [s.name for s in bad if s.status is StageStatus.error]
+        if verdict is Verdict.fail and unjudged:
+            summary += f" | not judged (auditor error): {', '.join(unjudged)}"
         status = StageStatus.failed if verdict is Verdict.fail else StageStatus.error
     return StageResult(
         name=NAME,
