@@ -90,6 +90,8 @@ def timed_audit(problem: str, solution: str, device: str, stages: tuple[str, ...
     out["matches_expectation"] = not out["mismatches"]
     out["summary"] = row["summary"][:300]
     out["stage_s"] = {s["name"]: s.get("duration_s") for s in row["stages"] if s["name"] in stages}
+    # an auditor error's own message (the verdict's summary names only the first stage that caught the kernel)
+    out["errors"] = {s["name"]: str(s.get("summary", ""))[:600] for s in row["stages"] if s.get("status") == "error"}
     canary = next((s for s in row["stages"] if s["name"] == "canary"), None)
     if canary is not None and canary.get("metrics", {}).get("timings"):
         m = canary["metrics"]
