@@ -50,6 +50,13 @@ class DeviceShareError(SpillError):
     """The driver refused an export or import, or a descriptor or fd message is not what it claims."""
 
 
+class DeviceShareOutOfMemory(DeviceShareError):
+    """The driver ran out of device memory while mapping or making an export: the card's load, not a forgery."""
+
+
+_CUDA_ERROR_OUT_OF_MEMORY = 2
+
+
 class _Location(ctypes.Structure):
     _fields_ = [("type", ctypes.c_int), ("id", ctypes.c_int)]
 
@@ -76,7 +83,8 @@ def _check(lib: ctypes.CDLL, result: int, what: str) -> None:
     if result != 0:
         name = ctypes.c_char_p()
         lib.cuGetErrorName(result, ctypes.byref(name))
-        raise DeviceShareError(f"{what} failed: {(name.value or b'CUDA error').decode()} ({result})")
+        error = DeviceShareOutOfMemory if result == _CUDA_ERROR_OUT_OF_MEMORY else DeviceShareError
+        raise error(f"{what} failed: {(name.value or b'CUDA error').decode()} ({result})")
 
 
 def _prop(ordinal: int) -> _AllocProp:

@@ -350,6 +350,11 @@ class Sandbox:
         try:
             reply = device_share.receive_message(self._share, reply, nonce, self.device, deadline)
             reply = spill.unspill_message(self._spill_fd, reply, copy=True)
+        except device_share.DeviceShareOutOfMemory as err:
+            # the card is full (audits sharing it): inconclusive, as when the kernel's own process runs out. The
+            # stream is in step and every fd was closed, so the child stays usable
+            raise SandboxOutOfMemory(f"the device ran out of memory while taking the kernel's outputs ({err})",
+                                     self.log_tail()) from err
         except (spill.SpillError, OSError) as err:
             log = self.log_tail()
             self.close()
