@@ -1,6 +1,9 @@
 """What the canary costs per audit, on each profile.
 
 Usage: python benchmarks/canary_cost.py [--device cpu|cuda] [--solution pytorch_fp32] [--audits 2] [--out FILE]
+       [--no-cache] [--eager-nulls]
+(--no-cache: a fresh canary seed per audit, so the parent always trains; --eager-nulls: the null runs trained with
+the reference every time, as before the CPU profile's lazy_nulls)
 Runs the canary stage for one example solution and reports wall time per audit, its breakdown
 (per optimiser: the parent's stacked reference and null runs with their held-out evaluation, the
 submission's run in its process; held-out evaluation of the submission's weights; gradient fidelity),
@@ -38,10 +41,17 @@ def main() -> None:
     ap.add_argument("--solution", default="pytorch_fp32")
     ap.add_argument("--audits", type=int, default=2)
     ap.add_argument("--out", default="")
+    ap.add_argument("--no-cache", action="store_true", help="a fresh canary seed per audit (no parent cache)")
+    ap.add_argument("--eager-nulls", action="store_true", help="train the nulls with the reference every time")
     args = ap.parse_args()
     problem = load_catalogue().get(args.problem)
     solution = problem.example_solution(args.solution)
-    profile = profile_for("gpu" if args.device.startswith("cuda") else "cpu")
+    overrides: dict[str, Any] = {}
+    if args.no_cache:
+        overrides["seed_pool"] = None
+    if args.eager_nulls:
+        overrides["lazy_nulls"] = False
+    profile = profile_for("gpu" if args.device.startswith("cuda") else "cpu", **overrides)
     rows: list[dict[str, Any]] = []
     load_before = [round(x, 2) for x in os.getloadavg()]
     for i in range(args.audits):
@@ -51,7 +61,7 @@ def main() -> None:
         start_s = time.perf_counter() - t
         before = _cpu_seconds()
         try:
-            result = canary.run(ctx)
+            result = canary.run(ctx, profile)
         finally:
             ctx.close()  # reaps the sandbox child, so its CPU time is counted below
         after = _cpu_seconds()

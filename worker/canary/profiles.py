@@ -45,6 +45,9 @@ class CanaryProfile(BaseModel):
     autocast_bf16: bool = False
     threads: int | None = Field(None, description="torch intra-op threads for every run (None: leave as is); 1 avoids spin-wait contention on shared CPUs")
     child_timeout_s: float = 300.0
+    lazy_nulls: bool = Field(False, description="train the null runs only when the rule needs them: a mean held-out gap "
+                             "at or below loss_floor passes whatever the nulls say (the threshold is never below the floor), "
+                             "so the nulls are trained after the submission's runs, and only where a gap exceeds the floor")
     seed_pool: int | None = Field(None, description="canary seeds drawn from this many fixed ones, so that the parent's "
                                   "runs repeat and are read from disk (worker.canary.parent_cache); None: a fresh seed "
                                   "per audit, nothing cached")
@@ -74,6 +77,9 @@ CPU = CanaryProfile(
     # the parent's four runs are most of a CPU canary (34-41 s of 36-44 s for cross-entropy, 2026-12-02): four fixed
     # seeds let a worker read them back after the first audit of a problem at each
     seed_pool=4,
+    # the parent trained four runs to the submission's two; without the nulls the two processes train two each, side
+    # by side on the two cores. A correct kernel's gap is ~0, so the nulls are trained only for a gap over the floor
+    lazy_nulls=True,
 )
 
 GPU = CanaryProfile(

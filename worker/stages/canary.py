@@ -99,12 +99,18 @@ def _run(ctx: AuditContext, p: CanaryProfile, binding: OpBinding) -> StageResult
 
     # every parent run trains together, stacked, in one pass (worker.canary.stacked): per optimiser the reference,
     # its reruns and its 1-ulp perturbations; meanwhile the submission trains one run per optimiser in its process
+    # (with p.lazy_nulls the nulls train later, only if a gap exceeds the floor: see `train_nulls`)
     null_kinds = ["rerun"] * p.repeat_runs + ["perturbed_1ulp"] * p.perturbed_runs
-    per_opt = 1 + len(null_kinds)
-    kernels: list[Kernel] = []
-    for _opt in p.optimizers:
-        kernels += [ref] * (1 + p.repeat_runs) + [perturbed_kernel(ref, seed + 1000 + i, device) for i in range(p.perturbed_runs)]
-    member_opts = [opt for opt in p.optimizers for _ in range(per_opt)]
+
+    def members(reference: bool, nulls: bool) -> tuple[list[Kernel], list[Optimizer]]:
+        kernels: list[Kernel] = []
+        opts: list[Optimizer] = []
+        for opt in p.optimizers:
+            group = ([ref] if reference else []) + ([ref] * p.repeat_runs + [
+                perturbed_kernel(ref, seed + 1000 + i, device) for i in range(p.perturbed_runs)] if nulls else [])
+            kernels += group
+            opts += [opt] * len(group)
+        return kernels, opts
     stop = threading.Event()  # set when this stage unwinds early: the parent's training stops at its next step
     # on the CPU the submission's process holds p.threads cores while it trains its runs, half as many as the parent's:
     # once it has finished, the parent's training takes those cores too
@@ -128,6 +134,9 @@ def _run(ctx: AuditContext, p: CanaryProfile, binding: OpBinding) -> StageResult
         return runs
 
     def train_parent_runs() -> dict[Optimizer, dict[str, Any]]:
+        with_nulls = not p.lazy_nulls or not null_kinds
+        kernels, member_opts = members(reference=True, nulls=with_nulls)
+        per_opt = 1 + (len(null_kinds) if with_nulls else 0)
         with parent_thread(device, p.threads):
             t = time.perf_counter()
             outs = train_stacked(p, binding, kernels, init, batches, member_opts, device, tuple(steps), stop=stop, widen=widen)
@@ -139,8 +148,24 @@ def _run(ctx: AuditContext, p: CanaryProfile, binding: OpBinding) -> StageResult
         for j, opt in enumerate(p.optimizers):
             first = j * per_opt
             runs[opt] = {"eval": evals[first], "train": outs[first].losses, "states": outs[first].checkpoints,
-                         "nulls": evals[first + 1:first + per_opt], "null_kinds": null_kinds}
+                         "nulls": evals[first + 1:first + per_opt], "null_kinds": null_kinds if with_nulls else [],
+                         "nulls_trained": with_nulls}
         return runs
+
+    def train_nulls(runs: dict[Optimizer, dict[str, Any]]) -> None:
+        """The null runs of every optimiser, stacked in one pass, after the submission's process has finished (so
+        on the CPU on the cores of both); added to `runs` and to its cache entry."""
+        kernels, member_opts = members(reference=False, nulls=True)
+        with parent_thread(device, p.threads):
+            t = time.perf_counter()
+            outs = train_stacked(p, binding, kernels, init, batches, member_opts, device, tuple(steps), stop=stop, widen=widen)
+            evals = [evaluate(o.checkpoints) for o in outs]
+            timings["parent_nulls_train_s"] = round(time.perf_counter() - t, 2)
+        for j, opt in enumerate(p.optimizers):
+            runs[opt].update(nulls=evals[j * len(null_kinds):(j + 1) * len(null_kinds)], null_kinds=null_kinds, nulls_trained=True)
+        if cache_key is not None:
+            parent_cache.store(cache_dir(), cache_key, {opt: {**r, "states": {s: st for s, st in r["states"].items() if s in p.fidelity_steps}}
+                                                        for opt, r in runs.items()})
 
     # the submission trains in its own process while this one runs the reference and the nulls
     sandbox = ctx.sandbox()
@@ -180,23 +205,35 @@ def _run(ctx: AuditContext, p: CanaryProfile, binding: OpBinding) -> StageResult
     losses: list[judge.LossJudgement] = []
     curves: dict[str, Any] = {}
     t = time.perf_counter()
+    sub_evals: dict[Optimizer, list[float]] = {}
     for opt in p.optimizers:
         reply = replies[opt]
         sub_states = _validate_states(list(reply.get("checkpoint_steps", [])), list(reply.get("checkpoint_states", [])), init)
         missing = [s for s in steps if s not in sub_states]
         if missing:
             return StageResult(name=NAME, status=StageStatus.failed, summary=f"the submission's run sent no weights for steps {missing}")
-        sub_eval = evaluate(sub_states)
-        pr = parent[opt]
-        lj = judge.judge_loss(opt, steps, pr["eval"], sub_eval, pr["nulls"], p.band_factor, p.loss_floor)
-        losses.append(lj)
-        curves[opt] = {
-            "reference_train_loss": pr["train"],
-            "submission_train_loss_reported": [float(x) for x in reply.get("losses", [])],  # evidence only, never judged
-            "heldout": lj.model_dump(),
-            "null_kinds": pr["null_kinds"],
-        }
+        sub_evals[opt] = evaluate(sub_states)
     timings["submission_eval_s"] = round(time.perf_counter() - t, 2)
+
+    def judged() -> list[judge.LossJudgement]:
+        return [judge.judge_loss(opt, steps, parent[opt]["eval"], sub_evals[opt], parent[opt]["nulls"], p.band_factor,
+                                 p.loss_floor) for opt in p.optimizers]
+
+    losses = judged()
+    nulls_trained = all(parent[opt].get("nulls_trained", True) for opt in p.optimizers)
+    if not nulls_trained and any(lj.exceeded for lj in losses):
+        # a gap over the floor: only now can the nulls change the verdict (they can raise the threshold, never lower it)
+        ctx.progress("canary: a held-out gap exceeds the floor; training the null runs")
+        train_nulls(parent)
+        nulls_trained = True
+        losses = judged()
+    for opt, lj in zip(p.optimizers, losses):
+        curves[opt] = {
+            "reference_train_loss": parent[opt]["train"],
+            "submission_train_loss_reported": [float(x) for x in replies[opt].get("losses", [])],  # evidence only, never judged
+            "heldout": lj.model_dump(),
+            "null_kinds": parent[opt]["null_kinds"],
+        }
 
     # gradient fidelity along the reference's own SGD trajectory, on real batches, against fp64
     ctx.progress("canary: gradient fidelity")
@@ -239,7 +276,8 @@ def _run(ctx: AuditContext, p: CanaryProfile, binding: OpBinding) -> StageResult
 
     parts = []
     for lj in losses:
-        parts.append(f"{lj.optimizer} held-out gap {lj.mean_gap:+.4f} (limit {lj.threshold:.4f}, null band {lj.band:.4f})")
+        band = f"null band {lj.band:.4f}" if nulls_trained else "the floor; no null needed"
+        parts.append(f"{lj.optimizer} held-out gap {lj.mean_gap:+.4f} (limit {lj.threshold:.4f}, {band})")
     if w is not None:
         parts.append(f"worst gradient bucket {w.output}[{w.bucket} contributions] {w.ratio:.1f}x the ideal error at step {w.step}")
     if fid_bad or loss_bad:
@@ -268,12 +306,15 @@ def _run(ctx: AuditContext, p: CanaryProfile, binding: OpBinding) -> StageResult
         "rule": RULE,
         "loss_gap": {lj.optimizer: lj.mean_gap for lj in losses},
         "loss_threshold": {lj.optimizer: lj.threshold for lj in losses},
-        "noise_band": {lj.optimizer: lj.band for lj in losses},
+        "noise_band": {lj.optimizer: lj.band if nulls_trained else None for lj in losses},
         "loss_exceeded": {lj.optimizer: lj.exceeded for lj in losses},
         "fidelity_worst_ratio": w.ratio if w is not None else None,
         "fidelity_failed": bool(fid_bad),
         "masked_by_adamw": masked_by_adamw,
-        "runs": {"parent": len(p.optimizers) * (1 + p.repeat_runs + p.perturbed_runs), "submission": len(p.optimizers)},
+        "runs": {"parent": len(p.optimizers) * (1 + (p.repeat_runs + p.perturbed_runs if nulls_trained else 0)),
+                 "submission": len(p.optimizers)},
+        # False: every gap was within the floor, which no null can lower, so the nulls were not trained (p.lazy_nulls)
+        "nulls_trained": nulls_trained,
         "timings": {**timings, "total_s": round(time.perf_counter() - t0, 2)},
     }
     if diagnosis:
