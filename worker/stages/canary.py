@@ -128,10 +128,13 @@ def _run(ctx: AuditContext, p: CanaryProfile, binding: OpBinding) -> StageResult
                 timings["parent_read_from_cache"] = 1.0
                 return cached  # type: ignore[return-value]
         runs = train_parent_runs()
+        store(runs)
+        return runs
+
+    def store(runs: dict[Optimizer, dict[str, Any]]) -> None:
         if cache_key is not None:  # the SGD states are kept only where the fidelity check reads them
             parent_cache.store(cache_dir(), cache_key, {opt: {**r, "states": {s: st for s, st in r["states"].items() if s in p.fidelity_steps}}
                                                         for opt, r in runs.items()})
-        return runs
 
     def train_parent_runs() -> dict[Optimizer, dict[str, Any]]:
         with_nulls = not p.lazy_nulls or not null_kinds
@@ -163,9 +166,7 @@ def _run(ctx: AuditContext, p: CanaryProfile, binding: OpBinding) -> StageResult
             timings["parent_nulls_train_s"] = round(time.perf_counter() - t, 2)
         for j, opt in enumerate(p.optimizers):
             runs[opt].update(nulls=evals[j * len(null_kinds):(j + 1) * len(null_kinds)], null_kinds=null_kinds, nulls_trained=True)
-        if cache_key is not None:
-            parent_cache.store(cache_dir(), cache_key, {opt: {**r, "states": {s: st for s, st in r["states"].items() if s in p.fidelity_steps}}
-                                                        for opt, r in runs.items()})
+        store(runs)
 
     # the submission trains in its own process while this one runs the reference and the nulls
     sandbox = ctx.sandbox()
