@@ -198,7 +198,7 @@ class LeaderboardEntry(Base):
     solution_name: Mapped[str] = mapped_column(String(200))
     status: Mapped[str] = mapped_column(String(16), doc="the audit's final status")
     verdict: Mapped[str | None] = mapped_column(String(16), nullable=True)
-    caught_by: Mapped[str | None] = mapped_column(String(32), nullable=True, doc="the first stage that failed or errored")
+    caught_by: Mapped[str | None] = mapped_column(String(32), nullable=True, doc="the first stage that failed, else the first that errored")
     kernel_ms: Mapped[float | None] = mapped_column(Float, nullable=True)
     reference_ms: Mapped[float | None] = mapped_column(Float, nullable=True)
     speedup: Mapped[float | None] = mapped_column(Float, nullable=True)

@@ -49,7 +49,7 @@ class AuditCompleted(BaseModel):
     status: str = Field(description="passed | failed | error | timed_out")
     verdict: str | None = Field(description="pass | fail | error")
     summary: str
-    caught_by: str | None = Field(description="the first stage that failed or errored; null when none did")
+    caught_by: str | None = Field(description="the first stage that failed, else the first that errored; null when none did")
     failed_stages: list[str]
     passes_benchmark: bool | None = Field(description="the benchmark's own verifier; null if it did not run")
     numerically_sound: bool | None = Field(description="the probes; null if they did not run")

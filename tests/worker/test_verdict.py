@@ -20,6 +20,15 @@ def test_a_failure_outranks_a_stage_the_auditor_could_not_judge() -> None:
     assert judged.status is StageStatus.failed and judged.metrics["verdict"] == "fail"
     assert judged.summary.startswith("fail: caught by benchmark: benchmark failed")
     assert judged.summary.endswith("not judged (auditor error): canary")
+    assert judged.metrics["caught_by"] == ["benchmark", "probes", "canary"]
+
+
+def test_the_stage_that_decided_a_fail_comes_first_in_caught_by_even_after_an_earlier_error() -> None:
+    # caught_by[0] is what the webhooks and the leaderboard show: it must name the failure, not the error before it
+    judged = verdict.judge([_stage("probes", StageStatus.error), _stage("canary", StageStatus.failed)])
+    assert judged.metrics["verdict"] == "fail"
+    assert judged.metrics["caught_by"] == ["canary", "probes"]
+    assert judged.summary.startswith("fail: caught by canary")
 
 
 def test_an_error_without_a_failure_is_an_error_and_all_passed_is_a_pass() -> None:

@@ -56,13 +56,19 @@ def _float_pairs(names: list[str], a: list[torch.Tensor], b: list[torch.Tensor])
     return [(n, x, y) for n, x, y in zip(names, a, b) if x.dtype.is_floating_point]
 
 
+def _beside(outs_a: list[torch.Tensor], outs_b: list[torch.Tensor]) -> list[torch.Tensor]:
+    """outs_b on outs_a's devices: outputs come back on the device (worker.sandbox.device_share) or, where it had
+    no room, on the host."""
+    return [b.to(a.device) for a, b in zip(outs_a, outs_b)]
+
+
 def check_determinism(
     names: list[str], outs_a: list[torch.Tensor], outs_b: list[torch.Tensor], poison_a: float, poison_b: float
 ) -> CheckResult:
     """The same inputs twice: differences beyond a couple of ulps on more than a few elements are flagged."""
     per_output: dict[str, Any] = {}
     bad = []
-    for name, a, b in zip(names, outs_a, [b.to(a.device) for a, b in zip(outs_a, outs_b)]):
+    for name, a, b in zip(names, outs_a, _beside(outs_a, outs_b)):
         written = ~(_is_poison(a, poison_a) | _is_poison(b, poison_b))
         if a.dtype.is_floating_point:
             d = ulps(a, b, a.dtype)[written]
@@ -102,7 +108,7 @@ def check_poison(
     """Two calls with outputs pre-filled with two poison values: an element equal to the poison in both is unwritten."""
     per_output: dict[str, Any] = {}
     bad = []
-    for name, a, b in _float_pairs(names, outs_a, [b.to(a.device) for a, b in zip(outs_a, outs_b)]):
+    for name, a, b in _float_pairs(names, outs_a, _beside(outs_a, outs_b)):
         unwritten = _is_poison(a, poison_a) & _is_poison(b, poison_b)
         n = int(unwritten.sum())
         examples = [list(map(int, idx)) for idx in unwritten.nonzero()[:8].tolist()]
@@ -163,8 +169,7 @@ def check_permutation(
     """Permute the inputs along an order-free axis: outputs indexed by it permute along, reduced ones stay put."""
     per_output: dict[str, Any] = {}
     bad = []
-    # outputs may be on the device (worker.sandbox.device_share) or, where it had no room, on the host
-    for name, a, b in zip(names, outs, [b.to(a.device) for a, b in zip(outs, outs_perm)]):
+    for name, a, b in zip(names, outs, _beside(outs, outs_perm)):
         expected = a
         for dim in permuted_dims.get(name, []):
             expected = expected.index_select(dim, perm.to(a.device))

@@ -10,9 +10,9 @@ The parent imports descriptor k, maps it, copies the bytes into a tensor of its 
 unmaps and releases it: nothing of the child's stays mapped in the parent.
 
 The parent treats everything the child sends as hostile. The fds arrive in one message that must carry the
-request's nonce and exactly as many fds as the reply has descriptors; the dtype must be one of a fixed set and the
-shape a list of small non-negative integers whose size stays under MAX_BYTES; the parent computes the byte count
-itself and maps only that much (a handle whose memory is smaller is refused by the driver); an fd that is not a
+request's nonce and exactly as many fds as the reply has descriptors; dtype and shape pass the spill
+descriptors' checks (worker.sandbox.spill.checked_layout: a fixed set of dtypes, non-negative sizes, under MAX_BYTES);
+the parent computes the byte count itself and maps only that much (a handle whose memory is smaller is refused by the driver); an fd that is not a
 CUDA allocation (a file, a pipe, /dev/null) is refused by the driver's import. Any of these ends the child. What the
 child could still do, write into its memory while the parent copies, changes only the values it is judged on,
 which it chooses anyway. Every received fd is closed, in every path.
@@ -33,7 +33,7 @@ from typing import Any
 
 import torch
 
-from worker.sandbox.spill import MAX_BYTES, SPILL_BYTES, SpillError, _DTYPES, _dtype_name
+from worker.sandbox.spill import SPILL_BYTES, SpillError, _DTYPES, _dtype_name, checked_layout, map_listed
 
 KEY = "__device__"
 SHARED_KEYS = ("outputs",)  # only the outputs: inputs are made on both sides, and inputs after the call are digests
@@ -102,14 +102,26 @@ def _granularity(lib: ctypes.CDLL, ordinal: int) -> int:
     return int(g.value)
 
 
-def _ordinal(device: torch.device) -> int:
-    return device.index if device.index is not None else torch.cuda.current_device()
+@dataclass(frozen=True)
+class _Device:
+    """The driver, one device's ordinal and its allocation granularity, with torch's primary context made current
+    on this thread (the driver's calls act on the current context)."""
 
+    device: torch.device
+    lib: ctypes.CDLL
+    ordinal: int
+    granularity: int
 
-def _ensure_context(device: torch.device) -> None:
-    """The driver calls act on the current context: make torch's primary context current on this thread."""
-    torch.cuda.set_device(_ordinal(device))
-    torch.cuda.synchronize(_ordinal(device))
+    @classmethod
+    def of(cls, device: torch.device) -> _Device:
+        ordinal = device.index if device.index is not None else torch.cuda.current_device()
+        torch.cuda.set_device(ordinal)
+        torch.cuda.synchronize(ordinal)
+        lib = _driver()
+        return cls(device, lib, ordinal, _granularity(lib, ordinal))
+
+    def padded(self, nbytes: int) -> int:
+        return -(-nbytes // self.granularity) * self.granularity
 
 
 class _RawBytes:
@@ -130,15 +142,15 @@ class _Mapping:
     size: int = 0
     mapped: bool = False
 
-    def map(self, size: int, ordinal: int, alignment: int) -> None:
+    def map(self, size: int, dev: _Device) -> None:
         lib = self.lib
-        _check(lib, lib.cuMemAddressReserve(ctypes.byref(self.ptr), ctypes.c_size_t(size), ctypes.c_size_t(alignment),
+        _check(lib, lib.cuMemAddressReserve(ctypes.byref(self.ptr), ctypes.c_size_t(size), ctypes.c_size_t(dev.granularity),
                                             ctypes.c_ulonglong(0), ctypes.c_ulonglong(0)), "cuMemAddressReserve")
         self.size = size
         _check(lib, lib.cuMemMap(self.ptr, ctypes.c_size_t(size), ctypes.c_size_t(0), self.handle, ctypes.c_ulonglong(0)),
                "cuMemMap")
         self.mapped = True
-        desc = _AccessDesc(_Location(_LOCATION_DEVICE, ordinal), _ACCESS_READWRITE)
+        desc = _AccessDesc(_Location(_LOCATION_DEVICE, dev.ordinal), _ACCESS_READWRITE)
         _check(lib, lib.cuMemSetAccess(self.ptr, ctypes.c_size_t(size), ctypes.byref(desc), ctypes.c_size_t(1)),
                "cuMemSetAccess")
 
@@ -170,11 +182,7 @@ class Exporter:
     """In the sandbox child: exports large device tensors and keeps each export alive until the next reply."""
 
     def __init__(self, device: torch.device) -> None:
-        self.device = device
-        self.lib = _driver()
-        self.ordinal = _ordinal(device)
-        _ensure_context(device)
-        self.granularity = _granularity(self.lib, self.ordinal)
+        self.dev = _Device.of(device)
         self._live: list[tuple[_Mapping, int]] = []
 
     def release(self) -> None:
@@ -185,17 +193,18 @@ class Exporter:
         self._live = []
 
     def export(self, t: torch.Tensor) -> int:
+        dev = self.dev
         nbytes = t.numel() * t.element_size()
-        size = -(-nbytes // self.granularity) * self.granularity
-        lib = self.lib
+        size = dev.padded(nbytes)
+        lib = dev.lib
         handle = ctypes.c_ulonglong()
-        _check(lib, lib.cuMemCreate(ctypes.byref(handle), ctypes.c_size_t(size), ctypes.byref(_prop(self.ordinal)),
+        _check(lib, lib.cuMemCreate(ctypes.byref(handle), ctypes.c_size_t(size), ctypes.byref(_prop(dev.ordinal)),
                                     ctypes.c_ulonglong(0)), "cuMemCreate")
         m = _Mapping(lib, handle)
         try:
-            m.map(size, self.ordinal, self.granularity)
-            m.bytes_view(nbytes, self.device).copy_(_flat_bytes(t))
-            torch.cuda.synchronize(self.ordinal)
+            m.map(size, dev)
+            m.bytes_view(nbytes, dev.device).copy_(_flat_bytes(t))
+            torch.cuda.synchronize(dev.ordinal)
             fd = ctypes.c_int(-1)
             _check(lib, lib.cuMemExportToShareableHandle(ctypes.byref(fd), handle, _HANDLE_POSIX_FD,
                                                           ctypes.c_ulonglong(0)), "cuMemExportToShareableHandle")
@@ -207,27 +216,20 @@ class Exporter:
 
     def share_message(self, message: dict[str, Any]) -> tuple[dict[str, Any], list[int]]:
         """Replace the large device tensors of the shared keys by descriptors; returns the fds to send, in order."""
-        out = dict(message)
         fds: list[int] = []
-        for key in SHARED_KEYS:
-            values = message.get(key)
-            if not isinstance(values, list):
-                continue
-            new = []
-            for v in values:
-                if (isinstance(v, torch.Tensor) and v.device.type == "cuda" and v.nbytes >= SPILL_BYTES
-                        and _dtype_name(v) in _DTYPES and len(fds) < MAX_FDS):
-                    try:
-                        fd = self.export(v)
-                    except DeviceShareError:  # out of device memory, say: this one goes through the host
-                        new.append(v.cpu())
-                        continue
-                    new.append({KEY: len(fds), "dtype": _dtype_name(v), "shape": list(v.shape)})
-                    fds.append(fd)
-                else:
-                    new.append(v.cpu() if isinstance(v, torch.Tensor) else v)
-            out[key] = new
-        return out, fds
+
+        def share(_key: str, _i: int, v: Any) -> Any:
+            if not isinstance(v, torch.Tensor):
+                return v
+            if v.device.type == "cuda" and v.nbytes >= SPILL_BYTES and _dtype_name(v) in _DTYPES and len(fds) < MAX_FDS:
+                try:
+                    fds.append(self.export(v))
+                except DeviceShareError:  # out of device memory, say: this one goes through the host
+                    return v.cpu()
+                return {KEY: len(fds) - 1, "dtype": _dtype_name(v), "shape": list(v.shape)}
+            return v.cpu()
+
+        return map_listed(message, SHARED_KEYS, share), fds
 
 
 def send_fds(sock: socket.socket, tag: str, fds: list[int]) -> None:
@@ -259,39 +261,31 @@ def _receive_fds(sock: socket.socket, tag: str, count: int, deadline: float) -> 
 
 
 def _shape(desc: dict[str, Any]) -> tuple[torch.dtype, list[int], int]:
-    dtype = _DTYPES.get(desc.get("dtype")) if isinstance(desc.get("dtype"), str) else None
-    shape = desc.get("shape")
-    if dtype is None or not isinstance(shape, list) or len(shape) > 16 or not all(
-            type(s) is int and 0 <= s < 2**40 for s in shape):
-        raise DeviceShareError(f"a device output descriptor is malformed: {str(desc)[:200]}")
-    numel = 1
-    for s in shape:
-        numel *= s
-    nbytes = numel * torch.empty((), dtype=dtype).element_size()
-    if nbytes > MAX_BYTES or nbytes == 0:
-        raise DeviceShareError(f"a device output descriptor claims {nbytes} bytes")
+    """The spill descriptors' checks, and no empty output (nothing to map: an honest child exports none)."""
+    try:
+        dtype, shape, nbytes = checked_layout(desc)
+    except SpillError as err:
+        raise DeviceShareError(f"a device output descriptor is malformed: {err}") from err
+    if nbytes == 0:
+        raise DeviceShareError("a device output descriptor claims 0 bytes")
     return dtype, shape, nbytes
 
 
-def import_copy(fd: int, dtype: torch.dtype, shape: list[int], nbytes: int, device: torch.device) -> torch.Tensor:
+def import_copy(fd: int, dtype: torch.dtype, shape: list[int], nbytes: int, dev: _Device) -> torch.Tensor:
     """Map the child's allocation behind `fd` and copy `nbytes` of it into a new tensor of the parent's own."""
-    lib = _driver()
-    ordinal = _ordinal(device)
-    _ensure_context(device)
-    granularity = _granularity(lib, ordinal)
-    size = -(-nbytes // granularity) * granularity
+    lib = dev.lib
     handle = ctypes.c_ulonglong()
     _check(lib, lib.cuMemImportFromShareableHandle(ctypes.byref(handle), ctypes.c_void_p(fd), _HANDLE_POSIX_FD),
            "cuMemImportFromShareableHandle")
     m = _Mapping(lib, handle)
     try:
-        m.map(size, ordinal, granularity)
+        m.map(dev.padded(nbytes), dev)
         try:
-            out = torch.empty(shape, dtype=dtype, device=device)
+            out = torch.empty(shape, dtype=dtype, device=dev.device)
         except torch.OutOfMemoryError:  # a card shared by several audits: the parent's copy goes to the host
             out = torch.empty(shape, dtype=dtype)
-        out.view(-1).view(torch.uint8).copy_(m.bytes_view(nbytes, device))
-        torch.cuda.synchronize(ordinal)
+        _flat_bytes(out).copy_(m.bytes_view(nbytes, dev.device))
+        torch.cuda.synchronize(dev.ordinal)
     finally:
         m.close()
     return out
@@ -306,25 +300,18 @@ def receive_message(sock: socket.socket | None, message: dict[str, Any], tag: st
     if sock is None:
         raise DeviceShareError("the reply holds device outputs, but this sandbox shares none")
     fds = _receive_fds(sock, tag, count, deadline)
-    dev = torch.device(device)
     try:
-        out = dict(message)
-        for key in SHARED_KEYS:
-            values = message.get(key)
-            if not isinstance(values, list):
-                continue
-            new = []
-            for v in values:
-                if isinstance(v, dict) and KEY in v:
-                    k = v[KEY]
-                    if type(k) is not int or not 0 <= k < count:
-                        raise DeviceShareError(f"a device output descriptor names fd {k!r} of {count}")
-                    dtype, shape, nbytes = _shape(v)
-                    new.append(import_copy(fds[k], dtype, shape, nbytes, dev))
-                else:
-                    new.append(v)
-            out[key] = new
-        return out
+        dev = _Device.of(torch.device(device))
+
+        def take(_key: str, _i: int, v: Any) -> Any:
+            if not (isinstance(v, dict) and KEY in v):
+                return v
+            k = v[KEY]
+            if type(k) is not int or not 0 <= k < count:
+                raise DeviceShareError(f"a device output descriptor names fd {k!r} of {count}")
+            return import_copy(fds[k], *_shape(v), dev)
+
+        return map_listed(message, SHARED_KEYS, take)
     finally:
         for fd in fds:
             os.close(fd)
@@ -336,10 +323,7 @@ def available(device: str) -> bool:
     if not device.startswith("cuda") or not torch.cuda.is_available():
         return False
     try:
-        lib = _driver()
-        dev = torch.device(device)
-        _ensure_context(dev)
-        _granularity(lib, _ordinal(dev))
+        _Device.of(torch.device(device))
     except Exception:  # noqa: BLE001 - any failure here means: outputs through the host, as before
         return False
     return True

@@ -21,6 +21,7 @@ import mmap
 import os
 import re
 import stat
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -102,10 +103,17 @@ def is_descriptor(value: object) -> bool:
 
 
 def _checked(d: dict[str, Any]) -> tuple[str, torch.dtype, list[int], int]:
-    name, dtype_name, shape = d.get("__spill__"), d.get("dtype"), d.get("shape")
+    name = d.get("__spill__")
     if not isinstance(name, str) or not _NAME.match(name):
         raise SpillError(f"bad spill file name {name!r}")
-    if dtype_name not in _DTYPES:
+    return (name, *checked_layout(d))
+
+
+def checked_layout(d: dict[str, Any]) -> tuple[torch.dtype, list[int], int]:
+    """A descriptor's dtype (one of a fixed set), shape (non-negative ints) and byte count (under MAX_BYTES), as
+    the receiving side computes it: never taken from the sender."""
+    dtype_name, shape = d.get("dtype"), d.get("shape")
+    if not isinstance(dtype_name, str) or dtype_name not in _DTYPES:
         raise SpillError(f"bad spill dtype {dtype_name!r}")
     if not isinstance(shape, list) or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in shape):
         raise SpillError(f"bad spill shape {shape!r}")
@@ -116,7 +124,7 @@ def _checked(d: dict[str, Any]) -> tuple[str, torch.dtype, list[int], int]:
     nbytes = numel * dtype.itemsize
     if nbytes > MAX_BYTES:
         raise SpillError(f"spill descriptor claims {nbytes} bytes, over the limit of {MAX_BYTES}")
-    return name, dtype, shape, nbytes
+    return dtype, shape, nbytes
 
 
 def _open_regular(folder: int, name: str, flags: int) -> int:
@@ -175,31 +183,36 @@ def remove(folder: int, names: list[str]) -> None:
             pass
 
 
+def map_listed(message: dict[str, Any], keys: tuple[str, ...], fn: Callable[[str, int, Any], Any]) -> dict[str, Any]:
+    """A copy of `message` in which every item of the lists under `keys` is replaced by fn(key, index, item)."""
+    out = dict(message)
+    for key in keys:
+        values = message.get(key)
+        if isinstance(values, list):
+            out[key] = [fn(key, i, v) for i, v in enumerate(values)]
+    return out
+
+
 def spill_message(folder: int, message: dict[str, Any], tag: str) -> tuple[dict[str, Any], list[str]]:
     """Replace the large tensors of the spilled keys by descriptors; returns the names of the files written."""
-    out = dict(message)
     written: list[str] = []
-    for key in SPILLED_KEYS:
-        values = message.get(key)
-        if not isinstance(values, list):
-            continue
-        new = []
-        for i, v in enumerate(values):
-            if isinstance(v, torch.Tensor) and v.device.type == "cpu" and v.nbytes >= SPILL_BYTES and _dtype_name(v) in _DTYPES:
-                name = f"{key.replace('_', '')}-{tag}-{i}.bin"
-                new.append(write(folder, name, v))
-                written.append(name)
-            else:
-                new.append(v)
-        out[key] = new
-    return out, written
+
+    def spill(key: str, i: int, v: Any) -> Any:
+        if isinstance(v, torch.Tensor) and v.device.type == "cpu" and v.nbytes >= SPILL_BYTES and _dtype_name(v) in _DTYPES:
+            name = f"{key.replace('_', '')}-{tag}-{i}.bin"
+            descriptor = write(folder, name, v)
+            written.append(name)
+            return descriptor
+        return v
+
+    return map_listed(message, SPILLED_KEYS, spill), written
 
 
 def unspill_message(folder: int, message: dict[str, Any], *, copy: bool) -> dict[str, Any]:
     """Replace descriptors by tensors: private copies (parent) or mappings (child)."""
-    out = dict(message)
-    for key in SPILLED_KEYS:
-        values = message.get(key)
-        if isinstance(values, list) and any(is_descriptor(v) for v in values):
-            out[key] = [(read_copy(folder, v) if copy else map_input(folder, v)) if is_descriptor(v) else v for v in values]
-    return out
+    def unspill(_key: str, _i: int, v: Any) -> Any:
+        if not is_descriptor(v):
+            return v
+        return read_copy(folder, v) if copy else map_input(folder, v)
+
+    return map_listed(message, SPILLED_KEYS, unspill)

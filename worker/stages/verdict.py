@@ -16,16 +16,16 @@ def _ran_and_passed(stages: list[StageResult], name: str) -> bool | None:
 
 def judge(stages: list[StageResult]) -> StageResult:
     verdict = AuditReport.verdict_of(stages)
-    bad = [s for s in stages if s.status in (StageStatus.failed, StageStatus.error)]
+    # the stages of the verdict's own kind first (a failure where there is one), each kind in stage order
+    kind = StageStatus.failed if verdict is Verdict.fail else StageStatus.error
+    bad = sorted((s for s in stages if s.status in (StageStatus.failed, StageStatus.error)), key=lambda s: s.status is not kind)
     if verdict is Verdict.pass_:
         ran = [s.name for s in stages if s.status is StageStatus.passed]
         summary = "pass: " + ", ".join(ran) + " passed"
         status = StageStatus.passed
     else:
-        # the first stage of the verdict's own kind: a failure where there is one
-        kind = StageStatus.failed if verdict is Verdict.fail else StageStatus.error
-        first = next(s for s in bad if s.status is kind)
-        diag = [d for s in bad for d in s.metrics.get("diagnosis", [])] if bad else []
+        first = bad[0]
+        diag = [d for s in bad for d in s.metrics.get("diagnosis", [])]
         summary = f"{verdict.value}: caught by {first.name}: {first.summary}"
         if diag:
             summary += f" | diagnosis: {diag[0]}"

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from worker.formats import Solution
-from worker.sandbox import Sandbox, SandboxCrash, SandboxTimeout, device_share, namespaces_available
+from worker.sandbox import Sandbox, SandboxCrash, SandboxTimeout, device_share, namespaces_available, spill
 
 EXPLOITS = Path(__file__).resolve().parents[1] / "cheats" / "exploits"
 
@@ -53,6 +53,9 @@ def run(x):
 @pytest.mark.parametrize("share", ["1", "0"])
 def test_an_honest_kernels_large_outputs_arrive_on_the_parents_device(share: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("KAUDIT_DEVICE_SHARE", share)
+    files_read: list[str] = []  # the parent's reads of output files the child wrote to its spill folder
+    read_copy = spill.read_copy
+    monkeypatch.setattr(spill, "read_copy", lambda folder, d: files_read.append(d["__spill__"]) or read_copy(folder, d))
     with _sandbox() as sb:
         assert sb.shares_device_outputs == (share == "1")
         sb.load(_solution(HONEST))
@@ -67,7 +70,8 @@ def test_an_honest_kernels_large_outputs_arrive_on_the_parents_device(share: str
             assert square.dtype == torch.bfloat16 and square.shape == (1024, 1024)
             assert torch.equal(square.cpu().float().reshape(-1), (torch.arange(1 << 20, dtype=torch.float32) * 0.5).bfloat16().float())
             assert int(small) == 5
-        assert not os.listdir(sb._spill_dir)  # nothing was left in the host folder
+    # on the device path no output crossed through a host file; on the host path the two large ones did, each call
+    assert len(files_read) == (0 if share == "1" else 6), files_read
 
 
 @pytest.mark.gpu
