@@ -22,6 +22,7 @@ import argparse
 import datetime as dt
 import fnmatch
 import json
+import logging
 import os
 import statistics
 import sys
@@ -84,8 +85,16 @@ def timed_audit(problem: str, solution: str, device: str, stages: tuple[str, ...
         torch.cuda.init()
         torch.cuda.reset_peak_memory_stats()
         free_before, total = torch.cuda.mem_get_info()
-    row = audit_row(problem, solution, device, stages, pool=pool)
+    fallbacks = FallbackCount()
+    placement_log = logging.getLogger("worker.numerics.placement")
+    placement_log.addHandler(fallbacks)
+    try:
+        row = audit_row(problem, solution, device, stages, pool=pool)
+    finally:
+        placement_log.removeHandler(fallbacks)
     out: dict[str, Any] = {k: row[k] for k in ("problem", "solution", "verdict", "wall_s", "statuses")}
+    # trusted fp64 work that ran out of GPU memory and moved to the CPU (worker.numerics.placement): slow, same answer
+    out["cpu_fallbacks"] = fallbacks.count
     out["mismatches"] = [m for m in row["mismatches"] if not is_designed_skip(m)]
     out["matches_expectation"] = not out["mismatches"]
     out["summary"] = row["summary"][:300]
@@ -96,6 +105,10 @@ def timed_audit(problem: str, solution: str, device: str, stages: tuple[str, ...
     if canary is not None and canary.get("metrics", {}).get("timings"):
         m = canary["metrics"]
         out["canary"] = {k: m.get(k) for k in ("timings", "runs", "loss_gap", "loss_threshold", "noise_band", "fidelity_worst_ratio")}
+    probes = next((s for s in row["stages"] if s["name"] == "probes"), None)
+    if probes is not None and probes.get("metrics", {}).get("timings"):
+        out["probes"] = {"timings": probes["metrics"]["timings"],
+                         "per_probe": {k: v.get("timings") for k, v in probes["metrics"].get("probes", {}).items()}}
     out["wall_without_canary_s"] = round(row["wall_s"] - (out["stage_s"].get("canary") or 0.0), 2)
     out["pid"] = os.getpid()
     out["warm_worker"] = {k: v for k, v in _WARM.items() if k != "pool"} if pool is not None else None
@@ -104,10 +117,23 @@ def timed_audit(problem: str, solution: str, device: str, stages: tuple[str, ...
         free_after, _ = torch.cuda.mem_get_info()
         out["gpu"] = {
             "peak_allocated_gib": round(torch.cuda.max_memory_allocated() / GIB, 3),
+            "peak_reserved_gib": round(torch.cuda.max_memory_reserved() / GIB, 3),
+            "reserved_after_gib": round(torch.cuda.memory_reserved() / GIB, 3),
             "free_before_gib": round(free_before / GIB, 2), "free_after_gib": round(free_after / GIB, 2),
             "total_gib": round(total / GIB, 2),
         }
     return out
+
+
+class FallbackCount(logging.Handler):
+    """Counts worker.numerics.placement's warnings: trusted GPU work that ran out of memory and ran on the CPU."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.count = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.count += 1
 
 
 def is_designed_skip(mismatch: str) -> bool:
@@ -188,6 +214,8 @@ def summarise(n: int, rows: list[dict[str, Any]], wall_s: float, planned: int, w
     peaks = [r["gpu"]["peak_allocated_gib"] for r in rows if "gpu" in r]
     if peaks:
         s["gpu_peak_allocated_gib_max"] = max(peaks)
+        s["gpu_peak_reserved_gib_max"] = max(r["gpu"]["peak_reserved_gib"] for r in rows if "gpu" in r)
+    s["cpu_fallbacks"] = sum(r.get("cpu_fallbacks", 0) for r in rows)
     if watch is not None and watch.lowest is not None and watch.total is not None:
         s["gpu_lowest_free_gib"] = round(watch.lowest / GIB, 2)
         s["gpu_most_used_gib"] = round((watch.total - watch.lowest) / GIB, 2)
@@ -214,8 +242,10 @@ def markdown(meta: dict[str, Any], batches: list[dict[str, Any]]) -> str:
                   f"({s['batch_wall_s']} s with the pool's process start), "
                   f"{s['audits_per_hour']} audits per {unit}; every verdict as expected: {s['all_match']}", ""]
         if "gpu_peak_allocated_gib_max" in s:
-            lines += [f"Peak torch allocation in one audit process: {s['gpu_peak_allocated_gib_max']} GiB; device memory "
-                      f"in use at most {s.get('gpu_most_used_gib')} GiB (all processes).", ""]
+            lines += [f"Peak torch allocation in one audit process: {s['gpu_peak_allocated_gib_max']} GiB (reserved by its "
+                      f"caching allocator: {s.get('gpu_peak_reserved_gib_max')} GiB); device memory "
+                      f"in use at most {s.get('gpu_most_used_gib')} GiB (all processes). Trusted fp64 work moved to the "
+                      f"CPU for lack of GPU memory: {s['cpu_fallbacks']} times.", ""]
         names = [n for n in meta["stages"] if any(n in r["stage_s"] for r in b["rows"])]
         lines.append("| example | verdict | as expected | wall s | " + " | ".join(f"{n} s" for n in names) + " |")
         lines.append("|---|---|---|---|" + "---|" * len(names))

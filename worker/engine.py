@@ -12,6 +12,7 @@ from worker.budget import AuditBudget, KernelFault
 from worker.catalogue import Problem
 from worker.context import AuditContext, Progress
 from worker.formats import Solution
+from worker.numerics import gpu_memory
 from worker.sandbox import Isolation, SandboxError
 from worker.sandbox.pool import SandboxPool
 from worker.stages import benchmark, canary, intake, probes, static
@@ -68,6 +69,7 @@ def run_stage(name: str, ctx: AuditContext) -> StageResult:
             raise
         result = StageResult(name=name, status=StageStatus.error, summary=f"internal error in {name}: {type(err).__name__}: {err}")
     result.duration_s = round(time.perf_counter() - t0, 3)
+    gpu_memory.release(ctx.device)
     return _judge_faults(ctx, result)
 
 

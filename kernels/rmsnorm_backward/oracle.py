@@ -1,4 +1,4 @@
-"""Trusted fp64 RMSNorm backward, computed from the same (already rounded) inputs."""
+"""Trusted fp64 RMSNorm backward, computed from the same (already rounded) inputs, on their device."""
 
 import torch
 
@@ -16,4 +16,4 @@ def run(input, weight, grad_output, eps):
     gw = g * weight.double()
     grad_input = rstd * (gw - xhat * (gw * xhat).mean(-1, keepdim=True))
     grad_weight = (g * xhat).sum(0)
-    return grad_input.cpu(), grad_weight.cpu()
+    return grad_input, grad_weight

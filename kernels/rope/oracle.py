@@ -1,4 +1,4 @@
-"""Trusted fp64 rotary position embedding (NeoX layout), computed from the same (already rounded) inputs.
+"""Trusted fp64 rotary position embedding (NeoX layout), computed from the same (already rounded) inputs, on their device.
 
 inv_freq, the angles position * inv_freq, cos/sin and the rotation all in fp64: the angle is off by about
 1e-10 rad at position 1e6, far below one bf16 rounding of the output (4e-3 relative).
@@ -8,7 +8,7 @@ import torch
 
 
 def _rotate(x, cos, sin):
-    x = x.double().cpu()
+    x = x.double()
     half = x.shape[-1] // 2
     x1, x2 = x[..., :half], x[..., half:]
     c, s = cos[:, None, :], sin[:, None, :]
@@ -17,7 +17,7 @@ def _rotate(x, cos, sin):
 
 def run(query, key, positions, rope_theta):
     head_dim = query.shape[-1]
-    inv_freq = 1.0 / (float(rope_theta) ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim))
-    angles = positions.cpu().to(torch.float64)[:, None] * inv_freq[None, :]
+    inv_freq = 1.0 / (float(rope_theta) ** (torch.arange(0, head_dim, 2, dtype=torch.float64, device=query.device) / head_dim))
+    angles = positions.to(query.device, torch.float64)[:, None] * inv_freq[None, :]
     cos, sin = torch.cos(angles), torch.sin(angles)
     return _rotate(query, cos, sin), _rotate(key, cos, sin)

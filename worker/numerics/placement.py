@@ -5,6 +5,7 @@ memory (a card shared by several audits) moves it to the host, never to a lower 
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -12,6 +13,7 @@ import torch
 
 T = TypeVar("T")
 CPU = torch.device("cpu")
+log = logging.getLogger(__name__)
 
 
 def on_device_or_cpu(device: torch.device | str, fn: Callable[[torch.device], T]) -> T:
@@ -22,4 +24,5 @@ def on_device_or_cpu(device: torch.device | str, fn: Callable[[torch.device], T]
             return fn(dev)
         except torch.OutOfMemoryError:
             torch.cuda.empty_cache()
+            log.warning("the GPU ran out of memory; %s runs on the CPU instead", getattr(fn, "__qualname__", "the work"))
     return fn(CPU)

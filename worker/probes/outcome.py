@@ -23,6 +23,7 @@ class ProbeOutcome(BaseModel):
     oracle_note: str | None = Field(None, description="generic oracle: what this probe was judged against, where not fp64")
     outputs: list[OutputError] = Field(default_factory=list)
     input_stats: dict[str, Any] = Field(default_factory=dict)
+    timings: dict[str, float] = Field(default_factory=dict, description="seconds per phase: inputs, oracle, kernel, measure")
 
     @property
     def passed(self) -> bool:
@@ -64,4 +65,6 @@ class ProbeOutcome(BaseModel):
         }
         if self.input_stats:
             m["inputs"] = self.input_stats
+        if self.timings:
+            m["timings"] = {k: round(v, 3) for k, v in self.timings.items()}
         return m

@@ -11,7 +11,9 @@ pristine copies, and permute along the order-free axis (worker.numerics.checks).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -83,12 +85,21 @@ def _call(ctx: AuditContext, case: Case, poison: float, noncontiguous: list[int]
 
 
 def _oracle(oracle: Callable[..., Any], case: Case, ctx: AuditContext) -> list[torch.Tensor]:
-    """The oracle's outputs (fp64 where floating). A curated oracle.py runs on the CPU; the generic oracle runs on
-    the audit's GPU where that cannot change its result (worker.generic.promote.GenericOracle): measured on the
-    H200 (2026-12-02), CUDA's top-k breaks ties differently from the CPU's. The outputs stay where they were made."""
-    args = [a.clone() if isinstance(a, torch.Tensor) else a for a in case.args(ctx.problem.definition)]
+    """The oracle's outputs (fp64 where floating), left where they were made.
+
+    A curated oracle.py computes on its inputs' device: the audit's GPU, or the CPU where the GPU has no memory
+    left (worker.numerics.placement). Its fp64 arithmetic differs between the two only in the order of additions,
+    some 1e-16 relative, far below the rounding of any output dtype it judges. The generic oracle places itself
+    (worker.generic.promote.GenericOracle): on the GPU where that cannot change its result; measured on the H200
+    (2026-12-02), CUDA's top-k breaks ties differently from the CPU's."""
+    args = case.args(ctx.problem.definition)
     with torch.no_grad():
-        result = oracle(*args)
+        if isinstance(oracle, GenericOracle):
+            result = oracle(*[a.clone() if isinstance(a, torch.Tensor) else a for a in args])
+        else:
+            result = on_device_or_cpu(
+                ctx.device, lambda d: oracle(*[a.to(d, copy=True) if isinstance(a, torch.Tensor) else a for a in args])
+            )
     outs = list(result) if isinstance(result, (tuple, list)) else [result]
     if len(outs) != len(ctx.problem.definition.outputs):
         raise ValueError(f"the oracle returned {len(outs)} outputs for {len(ctx.problem.definition.outputs)} in the definition")
@@ -157,6 +168,18 @@ def _slack(oracle: Callable[..., Any]) -> float:
     return 1.0
 
 
+@contextmanager
+def _timed(outcome: ProbeOutcome, phase: str, device: str) -> Iterator[None]:
+    """Adds the phase's wall time to outcome.timings, the GPU's queued work included (a sync at the end)."""
+    t = time.perf_counter()
+    try:
+        yield
+    finally:
+        if torch.device(device).type == "cuda":
+            torch.cuda.synchronize(device)
+        outcome.timings[phase] = outcome.timings.get(phase, 0.0) + time.perf_counter() - t
+
+
 def _jittered(ctx: AuditContext, probe: ProbeSpec) -> ProbeSpec:
     """A curated probe at var axes drawn for this audit (worker.generic.shapes.jittered_keeping_divisibility)."""
     definition = ctx.problem.definition
@@ -181,36 +204,42 @@ def _run_probe(
         noncontiguous=probe.noncontiguous,
     )
     try:
-        drawn = _jittered(ctx, probe) if jitter else probe
-        case = build_probe_case(ctx.problem.definition, drawn, ctx.profile, seed, sources, notes, device=ctx.device)
+        with _timed(outcome, "inputs", ctx.device):
+            drawn = _jittered(ctx, probe) if jitter else probe
+            case = build_probe_case(ctx.problem.definition, drawn, ctx.profile, seed, sources, notes, device=ctx.device)
+            outcome.axes = case.axes
+            outcome.input_stats = _input_stats(case)
     except ProbeInputError as err:
         outcome.input_error = str(err)
         return outcome, None, None
-    outcome.axes = case.axes
-    outcome.input_stats = _input_stats(case)
     generic = isinstance(oracle, GenericOracle)
     ref: list[torch.Tensor] | None = None
     slack = _slack(oracle)
     if generic:  # a derived probe the definition's own reference rejects does not apply; it is no kernel failure
         try:
-            ref = _oracle(oracle, case, ctx)
+            with _timed(outcome, "oracle", ctx.device):
+                ref = _oracle(oracle, case, ctx)
         except Exception as err:  # noqa: BLE001 - the reference's own error on these inputs
             outcome.not_applicable = f"the reference rejects these inputs: {type(err).__name__}: {err}"[:400]
             return outcome, None, None
         slack = _slack(oracle)
-        own = _own_precision_if_it_disagrees(ctx, spec, case, ref)
+        with _timed(outcome, "oracle", ctx.device):
+            own = _own_precision_if_it_disagrees(ctx, spec, case, ref)
         if own is not None:
             ref, note = own
             outcome.oracle_note = note
             slack = REFERENCE_ORACLE_SLACK
     try:
-        reply = _call(ctx, case, checks.POISON_A, _positions(ctx, probe.noncontiguous))
+        with _timed(outcome, "kernel", ctx.device):
+            reply = _call(ctx, case, checks.POISON_A, _positions(ctx, probe.noncontiguous))
     except (*_KERNEL_FAILURES, KernelOutputError) as err:
         outcome.kernel_error = f"{type(err).__name__}: {err}"[:600]
         return outcome, case, None
     if ref is None:
-        ref = _oracle(oracle, case, ctx)
-    outcome.outputs = _measure(ctx, spec, case, reply["outputs"], ref, slack)
+        with _timed(outcome, "oracle", ctx.device):
+            ref = _oracle(oracle, case, ctx)
+    with _timed(outcome, "measure", ctx.device):
+        outcome.outputs = _measure(ctx, spec, case, reply["outputs"], ref, slack)
     return outcome, case, reply
 
 
@@ -332,12 +361,14 @@ def run(ctx: AuditContext) -> StageResult:
         )
     behaviour: list[checks.CheckResult] = []
     check_evidence: dict[str, Any] = {}
+    checks_started = time.perf_counter()
     if ran:
         chosen = _check_probe([p for p in spec.probes if p.name in ran])
         ctx.progress(f"probes: behavioural checks on '{chosen.name}'")
         behaviour, check_evidence = _run_checks(ctx, spec, chosen, *ran[chosen.name], calls)
     if calls:
         behaviour.insert(0, checks.check_inputs_unmodified(list(definition.inputs), calls))
+    checks_s = time.perf_counter() - checks_started
 
     failed_probes = [o for o in applicable if o.kernel_error or (o.input_error is None and not o.passed)]
     input_errors = [o for o in applicable if o.input_error]
@@ -374,6 +405,11 @@ def run(ctx: AuditContext) -> StageResult:
         "worst_ratio": round(worst.worst_ratio, 3) if worst else None,
         "worst_probe": worst.name if worst else None,
         "diagnosis": diagnosis,
+        "timings": {
+            **{f"{phase}_s": round(sum(o.timings.get(phase, 0.0) for o in outcomes), 3)
+               for phase in ("inputs", "oracle", "kernel", "measure")},
+            "checks_s": round(checks_s, 3),
+        },
     }
     dtypes = {to_torch(s.dtype) for s in definition.outputs.values() if to_torch(s.dtype).is_floating_point}
     evidence: dict[str, Any] = {
