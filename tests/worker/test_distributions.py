@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
@@ -9,8 +10,14 @@ import torch
 
 from worker.catalogue import load_catalogue
 from worker.formats import Definition
-from worker.probes.distributions import ProbeInputError, build_probe_case, permute_case
-from worker.problem_spec import ProbeSpec
+from worker.probes.distributions import (
+    GenContext,
+    ProbeInputError,
+    build_probe_case,
+    generate_input,
+    permute_case,
+)
+from worker.problem_spec import InputGenerator, ProbeSpec
 from worker.text import corpus_token_ids, ladder_vocab
 
 AXES = {"num_tokens": 4096, "vocab_size": 2048, "hidden_size": 64}
@@ -189,3 +196,41 @@ def test_permute_case_permutes_every_input_on_the_axis(definition: Definition) -
     assert torch.equal(p.inputs["indices"], case.inputs["indices"][perm])
     assert torch.equal(p.inputs["grad_output"], case.inputs["grad_output"][perm])
     assert p.inputs["num_embeddings"] == case.inputs["num_embeddings"]
+
+
+@dataclasses.dataclass(frozen=True)
+class _HostArithmetic(GenContext):
+    """The same draws from the same GPU generator, with every generator's arithmetic on the CPU (as before
+    the arithmetic moved to the draws' device)."""
+
+    def randn(self, *shape: int) -> torch.Tensor:
+        return super().randn(*shape).cpu()
+
+    def here(self, t: torch.Tensor) -> torch.Tensor:
+        return t
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize(("kind", "params"), [
+    ("normal", {"std": 1e-3, "mean": 0.5}),
+    ("positive", {"scale": 30.0}),
+    ("zero_rows", {"fraction": 0.25, "std": 3.0}),
+    ("offset_rows", {"min_ratio": 10.0, "max_ratio": 1000.0, "std": 0.1}),
+    ("shared_direction", {"ids_from": "ids", "std": 1e-2, "noise": 0.1}),
+])
+def test_gpu_draws_give_the_inputs_the_cpu_arithmetic_gives(kind: str, params: dict[str, Any], dtype: torch.dtype) -> None:
+    """Float inputs drawn on the GPU and computed there are bit for bit the ones the same draws computed on the CPU give."""
+    shape, seed = (4099, 257), 11
+    ids = torch.randint(0, 97, (4099,), generator=torch.Generator().manual_seed(3))
+
+    def make(cls: type[GenContext]) -> torch.Tensor:
+        ctx = cls("p", "x", shape, dtype, {}, {"ids": ids}, torch.Generator().manual_seed(seed), None, None,
+                  torch.Generator(device="cuda").manual_seed(seed))
+        return generate_input(ctx, InputGenerator(kind=kind, **params))
+
+    on_gpu, on_host = make(GenContext), make(_HostArithmetic)
+    assert on_gpu.device.type == "cpu" and on_gpu.dtype == dtype and tuple(on_gpu.shape) == shape
+    assert torch.equal(on_gpu.view(torch.int16 if dtype == torch.bfloat16 else torch.int32),
+                       on_host.view(torch.int16 if dtype == torch.bfloat16 else torch.int32))

@@ -48,12 +48,19 @@ class GenContext:
     bulk: torch.Generator | None = None
 
     def randn(self, *shape: int) -> torch.Tensor:
-        """Standard normals for a float input, on the CPU; fp64 only for an fp64 input (fp32 is half the work and is
-        rounded to the input's dtype anyway)."""
+        """Standard normals for a float input, as fp64, drawn in fp32 (fp64 only for an fp64 input: fp32 is half the
+        work and is rounded to the input's dtype anyway). With a `bulk` generator they are drawn, and stay, on its
+        device: the generator's arithmetic on them runs there too (`here` brings its CPU-made pieces), and
+        `_as_float` brings the rounded result to the CPU. Elementwise fp64 arithmetic rounds the same on both, so the
+        inputs are those the CPU would compute from the same draws (H200 test in tests/worker/test_probes_stage.py)."""
         dtype = torch.float64 if self.dtype == torch.float64 else torch.float32
         if self.bulk is not None:
-            return torch.randn(shape, generator=self.bulk, dtype=dtype, device=self.bulk.device).to("cpu", torch.float64)
+            return torch.randn(shape, generator=self.bulk, dtype=dtype, device=self.bulk.device).to(torch.float64)
         return torch.randn(shape, generator=self.gen, dtype=dtype).to(torch.float64)
+
+    def here(self, t: torch.Tensor) -> torch.Tensor:
+        """A tensor made on the CPU (from `gen`), moved to where `randn` draws."""
+        return t.to(self.bulk.device) if self.bulk is not None else t
 
     def axis(self, axis: str) -> int:
         if axis not in self.axes:
@@ -253,7 +260,7 @@ def _as_float(ctx: GenContext, values: torch.Tensor) -> torch.Tensor:
         raise ctx.fail("float generators make tensors; this input is a scalar")
     if not ctx.dtype.is_floating_point:
         raise ctx.fail(f"float generators make floating tensors; this input is {ctx.dtype}")
-    return values.reshape(ctx.shape).to(ctx.dtype)
+    return values.reshape(ctx.shape).to(ctx.dtype).cpu()
 
 
 def normal(ctx: GenContext, p: NormalParams) -> torch.Tensor:
@@ -269,7 +276,7 @@ def zero_rows(ctx: GenContext, p: ZeroRowsParams) -> torch.Tensor:
     rows = ctx.numel // max(width, 1)
     z = ctx.randn(rows, width) * p.std
     dead = torch.randperm(rows, generator=ctx.gen)[: max(1, round(p.fraction * rows))]
-    z[dead] = 0.0
+    z[ctx.here(dead)] = 0.0
     return _as_float(ctx, z)
 
 
@@ -288,7 +295,7 @@ def offset_rows(ctx: GenContext, p: OffsetRowsParams) -> torch.Tensor:
     ratio = torch.exp(lo + (hi - lo) * torch.rand((rows, 1), generator=ctx.gen, dtype=torch.float64))
     sign = torch.where(torch.rand((rows, 1), generator=ctx.gen) < 0.5, -1.0, 1.0).to(torch.float64)
     z = ctx.randn(rows, width)
-    return _as_float(ctx, p.std * (z + sign * ratio))
+    return _as_float(ctx, p.std * (z + ctx.here(sign * ratio)))
 
 
 def positive(ctx: GenContext, p: PositiveParams) -> torch.Tensor:
@@ -309,7 +316,7 @@ def shared_direction(ctx: GenContext, p: SharedDirectionParams) -> torch.Tensor:
     directions = torch.randn((int(flat_ids.max()) + 1, width), generator=ctx.gen, dtype=torch.float64)
     magnitude = 0.5 + torch.rand((n, 1), generator=ctx.gen, dtype=torch.float64)
     z = ctx.randn(n, width)
-    rows = p.std * (magnitude * directions[flat_ids] + p.noise * z)
+    rows = p.std * (ctx.here(magnitude) * ctx.here(directions)[ctx.here(flat_ids)] + p.noise * z)
     return _as_float(ctx, rows)
 
 

@@ -123,14 +123,18 @@ def _labels(ctx: AuditContext, case: Case, budget: OutputBudget, out: torch.Tens
     return torch.full((groups,), length, dtype=torch.int64), ((length, length + 1),), f"reduction_length:{by.axis}"
 
 
-def _input_stats(case: Case) -> dict[str, Any]:
+def _spread(f: torch.Tensor) -> dict[str, float]:
+    return {"std": float(f.std()) if f.numel() > 1 else 0.0, "absmax": float(f.abs().max()) if f.numel() else 0.0}
+
+
+def _input_stats(case: Case, device: str) -> dict[str, Any]:
+    """Each input's spread (floats, computed on the audit's device) or id counts (integers): evidence only."""
     stats: dict[str, Any] = {"scalars": {}}
     for name, v in case.inputs.items():
         if not isinstance(v, torch.Tensor):
             stats["scalars"][name] = v
         elif v.dtype.is_floating_point:
-            f = v.double()
-            stats[name] = {"std": float(f.std()) if f.numel() > 1 else 0.0, "absmax": float(f.abs().max()) if f.numel() else 0.0}
+            stats[name] = on_device_or_cpu(device, lambda d, v=v: _spread(v.to(d, torch.float64)))
         elif v.numel() and v.dtype != torch.bool and int(v.min()) >= 0:
             counts = torch.bincount(v.reshape(-1).to(torch.int64))
             stats[name] = {"distinct": int((counts > 0).sum()), "hottest_count": int(counts.max()), "hottest_id": int(counts.argmax())}
@@ -208,7 +212,7 @@ def _run_probe(
             drawn = _jittered(ctx, probe) if jitter else probe
             case = build_probe_case(ctx.problem.definition, drawn, ctx.profile, seed, sources, notes, device=ctx.device)
             outcome.axes = case.axes
-            outcome.input_stats = _input_stats(case)
+            outcome.input_stats = _input_stats(case, ctx.device)
     except ProbeInputError as err:
         outcome.input_error = str(err)
         return outcome, None, None
