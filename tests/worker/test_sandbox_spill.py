@@ -8,7 +8,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from worker import generated
 from worker.formats import Solution
+from worker.numerics import checks
 from worker.sandbox import Sandbox, spill
 
 BIG = (1024, 1024)  # 4 MB in fp32: over SPILL_BYTES
@@ -50,6 +52,19 @@ def test_a_kernel_that_writes_into_its_large_input_is_seen_and_the_parent_copy_i
         reply = sb.request("call", {"args": [x], "outputs": [{"shape": list(BIG), "dtype": "float32"}], "poison": None})
     assert torch.equal(x, torch.ones(BIG))  # the parent's own inputs never reach the child
     assert torch.equal(reply["args_after"][0], torch.full(BIG, 3.0))
+
+
+def test_with_digest_after_the_inputs_come_back_as_digests_that_show_a_write() -> None:
+    """The probes stage's way: no copy of the inputs comes back, a digest does, and the check still sees a
+    kernel that wrote into one input (even a single element's zero turned to minus zero)."""
+    x, y = torch.zeros(BIG), torch.randn(BIG)
+    with Sandbox("cpu") as sb:
+        sb.load(_solution("def run(x, y, out):\n    x[7, 9] = -0.0\n    out.copy_(y)\n"))
+        reply = sb.request("call", {"args": [x, y], "outputs": [{"shape": list(BIG), "dtype": "float32"}],
+                                    "poison": None, "digest_after": True})
+    assert all(generated.is_digest(a) for a in reply["args_after"])
+    result = checks.check_inputs_unmodified(["x", "y"], [("probe", [x, y], reply["args_after"])])
+    assert not result.passed and result.details["mutated"] == {"x": ["probe"]}
 
 
 def test_bfloat16_and_int64_keep_their_bits() -> None:

@@ -96,8 +96,10 @@ def op_call(state: HarnessState, payload: dict[str, Any]) -> dict[str, Any]:
     results = harness.invoke(state, args, outs)
     state.sync()
     exact_types = [type(r) is torch.Tensor for r in results]
-    after = [generated.digest_wire(a) if i in made_digests else _plain(a) if isinstance(a, torch.Tensor) else a
-             for i, a in enumerate(args)]
+    # `digest_after`: every tensor input comes back as a digest, not a copy (the parent compares it with its own)
+    digest_all = bool(payload.get("digest_after"))
+    after = [generated.digest_wire(a) if i in made_digests or (digest_all and isinstance(a, torch.Tensor))
+             else _plain(a) if isinstance(a, torch.Tensor) else a for i, a in enumerate(args)]
     return {
         "ok": True,
         "tampered": state.tampered(),

@@ -70,6 +70,7 @@ def _call(ctx: AuditContext, case: Case, poison: float, noncontiguous: list[int]
             "outputs": case.output_specs(definition),
             "poison": poison,
             "noncontiguous": noncontiguous,
+            "digest_after": True,  # the inputs after the call come back as digests (checks.check_inputs_unmodified)
         },
     )
     outs = reply["outputs"]
@@ -371,7 +372,7 @@ def run(ctx: AuditContext) -> StageResult:
         ctx.progress(f"probes: behavioural checks on '{chosen.name}'")
         behaviour, check_evidence = _run_checks(ctx, spec, chosen, *ran[chosen.name], calls)
     if calls:
-        behaviour.insert(0, checks.check_inputs_unmodified(list(definition.inputs), calls))
+        behaviour.insert(0, checks.check_inputs_unmodified(list(definition.inputs), calls, ctx.device))
     checks_s = time.perf_counter() - checks_started
 
     failed_probes = [o for o in applicable if o.kernel_error or (o.input_error is None and not o.passed)]
