@@ -14,6 +14,7 @@ import importlib.util
 import os
 import socket
 import sys
+import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
@@ -26,6 +27,8 @@ from worker.canary import child_ops as canary_ops
 from worker.numerics import timing
 from worker.sandbox import device_share, framing, harness, spill
 from worker.sandbox.harness import HarnessState
+
+IMPORT_WAIT_S = 60.0  # the parent sends a request's fds before its frame: they are there when the frame is
 
 
 def op_hello(state: HarnessState, payload: dict[str, Any]) -> dict[str, Any]:
@@ -159,6 +162,16 @@ OPS: dict[str, Callable[[HarnessState, dict[str, Any]], dict[str, Any]]] = {
 }
 
 
+def _take_device_inputs(share: socket.socket | None, msg: dict[str, Any], nonce: str, state: HarnessState) -> dict[str, Any]:
+    """The request's large inputs the parent exported on the device (worker.sandbox.device_share), copied into this
+    process's own tensors. The driver running out of memory is reported as the device's, not as the kernel's fault."""
+    try:
+        return device_share.receive_message(share, msg, nonce, str(state.device), time.monotonic() + IMPORT_WAIT_S,
+                                            device_share.INPUT_KEYS)
+    except device_share.DeviceShareOutOfMemory as err:
+        raise torch.OutOfMemoryError(f"taking the request's inputs: {err}") from err
+
+
 def main() -> None:
     read_fd, write_fd = int(sys.argv[1]), int(sys.argv[2])
     share = socket.socket(fileno=int(sys.argv[3])) if len(sys.argv) > 3 else None
@@ -179,6 +192,7 @@ def main() -> None:
         if state.exporter is not None:
             state.exporter.release()  # the parent copied the last reply's device outputs before this request
         try:
+            msg = _take_device_inputs(share, msg, nonce, state)
             reply = handler(state, spill.unspill_message(spill_dir, msg, copy=False))
             if state.exporter is not None and share is not None:
                 reply, fds = state.exporter.share_message(reply)

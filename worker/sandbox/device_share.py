@@ -17,27 +17,47 @@ CUDA allocation (a file, a pipe, /dev/null) is refused by the driver's import. A
 child could still do, write into its memory while the parent copies, changes only the values it is judged on,
 which it chooses anyway. Every received fd is closed, in every path.
 
+Large inputs go the other way the same way: the parent copies each into memory of its own making, exports it and
+sends the fds ahead of the request's frame; the child maps each, copies it into a tensor of its own and closes
+them (`receive_message` with INPUT_KEYS). The parent keeps its exports until the reply is in, then releases them.
+What the child could do with them: read inputs it is sent anyway, or write into memory the parent never reads
+again. One thing it could do is hold them: fds it never reads keep the parent's exports allocated. So the parent
+exports a request's inputs only when the child has read the last request's fds (`unread_bytes`: SIOCOUTQ on the
+parent's end); otherwise, and where the send would block, the inputs go through host files as before
+(tests/worker/cheats/exploits/device_share_hoard.py). `KAUDIT_DEVICE_SHARE_INPUTS=0` keeps inputs on the host.
+
 Only the CPU-side Python and ctypes are used, no new dependency: `libcuda.so.1` is the driver every CUDA build of
 torch already loads.
 """
 
 from __future__ import annotations
 
+import array
 import ctypes
+import fcntl
 import os
 import select
 import socket
+import termios
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
-from worker.sandbox.spill import SPILL_BYTES, SpillError, _DTYPES, _dtype_name, checked_layout, map_listed
+from worker.sandbox.spill import (
+    _DTYPES,
+    SPILL_BYTES,
+    SpillError,
+    _dtype_name,
+    checked_layout,
+    map_listed,
+)
 
 KEY = "__device__"
-SHARED_KEYS = ("outputs",)  # only the outputs: inputs are made on both sides, and inputs after the call are digests
-MAX_FDS = 64  # more device outputs than this in one reply go through the host as before
+SHARED_KEYS = ("outputs",)  # the child's replies: outputs (inputs after a call go back as digests where they are large)
+INPUT_KEYS = ("args",)  # the parent's requests: inputs it made on the host or on its device (worker.sandbox.runner)
+MAX_FDS = 64  # more device tensors than this in one message go through the host as before
 
 _HANDLE_POSIX_FD = 1  # CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR
 _ALLOC_PINNED = 1  # CU_MEM_ALLOCATION_TYPE_PINNED
@@ -214,14 +234,17 @@ class Exporter:
         self._live.append((m, fd.value))
         return fd.value
 
-    def share_message(self, message: dict[str, Any]) -> tuple[dict[str, Any], list[int]]:
-        """Replace the large device tensors of the shared keys by descriptors; returns the fds to send, in order."""
+    def share_message(self, message: dict[str, Any], keys: tuple[str, ...] = SHARED_KEYS,
+                      from_host: bool = False) -> tuple[dict[str, Any], list[int]]:
+        """Replace the large device tensors of `keys` (with `from_host`, host tensors too: copied to the device
+        once, into the export) by descriptors; returns the fds to send, in order. The rest go to the host."""
         fds: list[int] = []
 
         def share(_key: str, _i: int, v: Any) -> Any:
             if not isinstance(v, torch.Tensor):
                 return v
-            if v.device.type == "cuda" and v.nbytes >= SPILL_BYTES and _dtype_name(v) in _DTYPES and len(fds) < MAX_FDS:
+            if ((from_host or v.device.type == "cuda") and v.nbytes >= SPILL_BYTES and _dtype_name(v) in _DTYPES
+                    and len(fds) < MAX_FDS):
                 try:
                     fds.append(self.export(v))
                 except DeviceShareError:  # out of device memory, say: this one goes through the host
@@ -229,20 +252,29 @@ class Exporter:
                 return {KEY: len(fds) - 1, "dtype": _dtype_name(v), "shape": list(v.shape)}
             return v.cpu()
 
-        return map_listed(message, SHARED_KEYS, share), fds
+        return map_listed(message, keys, share), fds
 
 
-def send_fds(sock: socket.socket, tag: str, fds: list[int]) -> None:
-    """One message: the request's nonce, with the fds attached (SCM_RIGHTS)."""
+def unread_bytes(sock: socket.socket) -> int:
+    """What this end sent that the peer has not read yet (SIOCOUTQ): non-zero while a message, and any fds it
+    carries, waits in the peer's queue."""
+    buf = array.array("i", [0])
+    fcntl.ioctl(sock.fileno(), termios.TIOCOUTQ, buf, True)
+    return int(buf[0])
+
+
+def send_fds(sock: socket.socket, tag: str, fds: list[int], block: bool = True) -> None:
+    """One message: the request's nonce, with the fds attached (SCM_RIGHTS). `block=False` (the parent, whose
+    peer may never read): a full socket raises BlockingIOError instead of waiting."""
     if fds:
-        socket.send_fds(sock, [tag.encode()], fds)
+        socket.send_fds(sock, [tag.encode()], fds, 0 if block else socket.MSG_DONTWAIT)
 
 
 # the parent's side -----------------------------------------------------------------------------------------
 
 
-def descriptors(message: dict[str, Any]) -> int:
-    return sum(1 for key in SHARED_KEYS if isinstance(message.get(key), list)
+def descriptors(message: dict[str, Any], keys: tuple[str, ...] = SHARED_KEYS) -> int:
+    return sum(1 for key in keys if isinstance(message.get(key), list)
                for v in message[key] if isinstance(v, dict) and KEY in v)
 
 
@@ -292,9 +324,10 @@ def import_copy(fd: int, dtype: torch.dtype, shape: list[int], nbytes: int, dev:
 
 
 def receive_message(sock: socket.socket | None, message: dict[str, Any], tag: str, device: str,
-                    deadline: float) -> dict[str, Any]:
-    """Replace the reply's device descriptors by the parent's own copies; closes every fd it received."""
-    count = descriptors(message)
+                    deadline: float, keys: tuple[str, ...] = SHARED_KEYS) -> dict[str, Any]:
+    """Replace the message's device descriptors by copies of this process's own; closes every fd it received.
+    The parent takes a reply's outputs this way; the child, a request's inputs (`keys` INPUT_KEYS)."""
+    count = descriptors(message, keys)
     if not count:
         return message
     if sock is None:
@@ -311,7 +344,7 @@ def receive_message(sock: socket.socket | None, message: dict[str, Any], tag: st
                 raise DeviceShareError(f"a device output descriptor names fd {k!r} of {count}")
             return import_copy(fds[k], *_shape(v), dev)
 
-        return map_listed(message, SHARED_KEYS, take)
+        return map_listed(message, keys, take)
     finally:
         for fd in fds:
             os.close(fd)
@@ -333,3 +366,9 @@ def enabled(device: str) -> bool:
     """Device outputs are shared on a GPU that supports it, unless KAUDIT_DEVICE_SHARE=0 (outputs through host
     files, as before: for comparisons)."""
     return os.environ.get("KAUDIT_DEVICE_SHARE", "1") != "0" and available(device)
+
+
+def inputs_enabled() -> bool:
+    """Large inputs go to the child as exported device memory too (where outputs do), unless
+    KAUDIT_DEVICE_SHARE_INPUTS=0 (inputs through host files: for comparisons)."""
+    return os.environ.get("KAUDIT_DEVICE_SHARE_INPUTS", "1") != "0"

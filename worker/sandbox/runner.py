@@ -17,6 +17,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+import torch
+
 from worker.formats import Solution
 from worker.sandbox import device_share, framing, isolation, spill
 from worker.sandbox.isolation import Isolation, IsolationPolicy, namespaces_available
@@ -132,6 +134,8 @@ class Sandbox:
         self._to_child = -1
         self._from_child = -1
         self._share: socket.socket | None = None  # device outputs' fds arrive here (worker.sandbox.device_share)
+        self._exporter: device_share.Exporter | None = None  # and large inputs' fds leave from here
+        self._share_inputs_failed = False
         self._loaded: Solution | None = None
 
     @property
@@ -241,6 +245,9 @@ class Sandbox:
                     pass
         self._to_child = self._from_child = -1
         self._close_share()
+        if self._exporter is not None:
+            self._exporter.release()
+            self._exporter = None
         self._ns = None
         if self._spill_fd >= 0:
             os.close(self._spill_fd)
@@ -296,11 +303,17 @@ class Sandbox:
         # every reply must echo this request's nonce: a frame the submission forged
         # (or a stream shifted by one) is caught here or at the next request
         nonce = secrets.token_hex(8)
-        # large tensors go as files in the sandbox's folder; removed once the reply is in
+        # large inputs go as exported device memory where the child takes it, the rest as files in the sandbox's
+        # folder; the exports are released and the files removed once the reply is in
+        exporter = self._input_exporter() if "args" in payload else None
+        if exporter is not None:
+            payload = self._share_inputs(exporter, payload, nonce)
         spill_fd = self._spill_fd
         try:
             payload, written = spill.spill_message(spill_fd, payload, nonce)
         except (spill.SpillError, OSError) as err:
+            if exporter is not None:
+                exporter.release()
             log = self.log_tail()
             self.close()
             raise SandboxCrash(f"the sandbox's spill folder was tampered with before '{op}': {err}", log) from err
@@ -310,8 +323,37 @@ class Sandbox:
             self.close()
             raise
         finally:
+            if exporter is not None:
+                exporter.release()
             if self._spill_fd == spill_fd >= 0:  # a sandbox closed meanwhile took its folder with it
                 spill.remove(spill_fd, written)
+
+    def _input_exporter(self) -> device_share.Exporter | None:
+        """This sandbox's exporter of large inputs (worker.sandbox.device_share), where the child takes device
+        memory and KAUDIT_DEVICE_SHARE_INPUTS is not 0; made at the first request with inputs."""
+        if self._share is None or not device_share.inputs_enabled():
+            return None
+        if self._exporter is None:
+            try:
+                self._exporter = device_share.Exporter(torch.device(self.device))
+            except Exception:  # noqa: BLE001 - the driver cannot export here: inputs through the host, as before
+                self._share_inputs_failed = True
+        return None if self._share_inputs_failed else self._exporter
+
+    def _share_inputs(self, exporter: device_share.Exporter, payload: dict[str, Any], nonce: str) -> dict[str, Any]:
+        """The payload with its large inputs exported, their fds sent ahead of the frame; unchanged (inputs through
+        the host) where the child has not read the last request's fds or its end of the socket takes no more."""
+        assert self._share is not None
+        if device_share.unread_bytes(self._share):
+            # the child left an earlier request's fds unread: exports it holds that way stay allocated, so no more
+            return payload
+        shared, fds = exporter.share_message(payload, device_share.INPUT_KEYS, from_host=True)
+        try:
+            device_share.send_fds(self._share, nonce, fds, block=False)
+        except OSError:
+            exporter.release()
+            return payload
+        return shared
 
     def _exchange(self, op: str, nonce: str, payload: dict[str, Any], timeout: float) -> dict[str, Any]:
         try:

@@ -17,7 +17,15 @@ import pytest
 import torch
 
 from worker.formats import Solution
-from worker.sandbox import Sandbox, SandboxCrash, SandboxTimeout, device_share, namespaces_available, spill
+from worker.numerics import checks
+from worker.sandbox import (
+    Sandbox,
+    SandboxCrash,
+    SandboxTimeout,
+    device_share,
+    namespaces_available,
+    spill,
+)
 
 EXPLOITS = Path(__file__).resolve().parents[1] / "cheats" / "exploits"
 
@@ -96,7 +104,89 @@ def test_a_forged_device_output_is_refused_and_the_parent_stays_healthy(mode: st
     assert torch.ones(4, device="cuda").sum().item() == 4.0  # the parent's CUDA context still works
 
 
+INPUTS = """
+import torch
+
+def run(x, y, z):
+    assert x.device.type == "cuda" and y.device.type == "cuda"
+    x.mul_(2)  # writes into its input: the parent's copy must not see it, the digest must
+    return x, y.clone(), z + 1
+"""
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("share", ["1", "0"])
+def test_large_inputs_reach_the_child_on_the_device(share: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Large host inputs arrive on the child's device bit for bit; none crosses through a host file on the device
+    path (two per call without it); a kernel's write into its input leaves the parent's copy alone and shows in the
+    digest; no fd leaks."""
+    monkeypatch.setenv("KAUDIT_DEVICE_SHARE_INPUTS", share)
+    files_written: list[str] = []  # the parent's writes of request tensors into the child's spill folder
+    write = spill.write
+    monkeypatch.setattr(spill, "write", lambda folder, name, t: files_written.append(name) or write(folder, name, t))
+    torch.ones(1, device="cuda").sum().item()
+    before = _open_fds()
+    n = 3 * (1 << 20) + 7  # not a multiple of the allocation granularity
+    x = torch.arange(n, dtype=torch.float32)  # on the host
+    y = torch.randn(1024, 1024).to(torch.bfloat16)
+    z = torch.ones(3)  # under the 1 MiB threshold: in the frame
+    with _sandbox() as sb:
+        sb.load(_solution(INPUTS))
+        for _ in range(3):
+            reply = sb.request("call", {"args": [x, y, z], "outputs": [], "poison": None, "digest_after": True})
+            doubled, y_back, z_back = reply["outputs"]
+            assert torch.equal(doubled.cpu(), torch.arange(n, dtype=torch.float32) * 2)
+            assert torch.equal(y_back.cpu().view(torch.int16), y.cpu().view(torch.int16))
+            assert torch.equal(z_back.cpu(), z + 1)
+            assert torch.equal(x, torch.arange(n, dtype=torch.float32))  # the parent's own copy, untouched
+            mutated = checks.check_inputs_unmodified(["x", "y", "z"], [("call", [x, y, z], reply["args_after"])], "cuda")
+            assert mutated.details["mutated"] == {"x": ["call"]}
+    assert len(files_written) == (0 if share == "1" else 6), files_written
+    assert _open_fds() <= before
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_a_child_that_never_takes_its_device_inputs_gets_them_through_the_host(monkeypatch: pytest.MonkeyPatch) -> None:
+    """tests/worker/cheats/exploits/device_share_hoard.py leaves the first request's fds unread in its socket: every
+    later request's inputs go through host files, so no more of the parent's exports pile up."""
+    files_written: list[str] = []
+    write = spill.write
+    monkeypatch.setattr(spill, "write", lambda folder, name, t: files_written.append(name) or write(folder, name, t))
+    x = torch.arange(1 << 20, dtype=torch.float32)  # 4 MiB
+    with _sandbox() as sb:
+        sb.load(_solution((EXPLOITS / "device_share_hoard.py").read_text()))
+        first = sb.request("call", {"args": [x], "outputs": [], "poison": None})
+        assert first["outputs"][0].cpu().tolist() == [-1.0] * 4  # exported, sent, never taken
+        assert device_share.unread_bytes(sb._share) > 0
+        for _ in range(3):
+            reply = sb.request("call", {"args": [x], "outputs": [], "poison": None})
+            assert reply["outputs"][0].cpu().tolist() == [0.0, 2.0, 4.0, 6.0]
+    assert len(files_written) == 3, files_written
+
+
 # the parent's checks, on the CPU ---------------------------------------------------------------------------
+
+
+def test_unread_bytes_tells_whether_the_peer_took_the_last_message() -> None:
+    """What the parent checks before it exports a request's inputs (SIOCOUTQ on its end of the socket)."""
+    parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    try:
+        assert device_share.unread_bytes(parent) == 0
+        fd = os.open("/dev/null", os.O_RDONLY)
+        device_share.send_fds(parent, "abcd", [fd], block=False)
+        os.close(fd)
+        assert device_share.unread_bytes(parent) > 0
+        _, got, _, _ = socket.recv_fds(child, 64, 2)
+        for g in got:
+            os.close(g)
+        assert device_share.unread_bytes(parent) == 0
+    finally:
+        parent.close()
+        child.close()
+
+
 
 
 def test_the_fd_message_must_carry_the_nonce_and_exactly_the_named_fds() -> None:
