@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import torch
 
-ALLOC_CONF = "expandable_segments:True"
-
 
 def release(device: str) -> None:
     """Returns the caching allocator's unused blocks on a GPU audit's device to the driver."""
