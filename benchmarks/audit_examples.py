@@ -36,12 +36,14 @@ def device_name(device: str) -> str:
     return f"{platform.processor() or platform.machine()} ({os.cpu_count()} cores)"
 
 
-def audit_row(problem_name: str, sname: str, device: str, stages: tuple[str, ...], pool: Any = None) -> dict[str, Any]:
-    """Audit one example solution and compare each stage with benchmarks/expectations.py."""
+def audit_row(problem_name: str, sname: str, device: str, stages: tuple[str, ...], pool: Any = None,
+              seed: int | None = None) -> dict[str, Any]:
+    """Audit one example solution and compare each stage with benchmarks/expectations.py (`seed`: the audit's seed,
+    a fresh random one by default)."""
     problem = load_catalogue().get(problem_name)
     sol = problem.example_solutions()[sname]
     t0 = time.perf_counter()
-    report = run_audit(problem, sol, device=device, stages=stages, seed=secrets.randbits(62), pool=pool)
+    report = run_audit(problem, sol, device=device, stages=stages, seed=secrets.randbits(62) if seed is None else seed, pool=pool)
     wall = time.perf_counter() - t0
     statuses = {s.name: s.status.value for s in report.stages}
     mismatches = []

@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import fnmatch
+import hashlib
 import json
 import logging
 import os
@@ -71,7 +72,16 @@ def warm_worker(device: str, warmup: tuple[str, str] | None, warm_child: bool | 
     _WARM["setup_s"] = round(time.perf_counter() - t, 2)
 
 
-def timed_audit(problem: str, solution: str, device: str, stages: tuple[str, ...]) -> dict[str, Any]:
+def audit_seed(seed_base: int | None, problem: str, solution: str) -> int | None:
+    """With a seed base, each example's audit seed is fixed (so is its canary seed: a second batch with the same base
+    finds the parent's canary runs in the worker's cache); without one, a fresh random seed per audit."""
+    if seed_base is None:
+        return None
+    digest = hashlib.sha256(f"{seed_base}/{problem}/{solution}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") >> 2
+
+
+def timed_audit(problem: str, solution: str, device: str, stages: tuple[str, ...], seed: int | None = None) -> dict[str, Any]:
     """One audit in this (spawned) process: audit_examples.audit_row plus stage times and memory."""
     import torch
 
@@ -89,7 +99,7 @@ def timed_audit(problem: str, solution: str, device: str, stages: tuple[str, ...
     placement_log = logging.getLogger("worker.numerics.placement")
     placement_log.addHandler(fallbacks)
     try:
-        row = audit_row(problem, solution, device, stages, pool=pool)
+        row = audit_row(problem, solution, device, stages, pool=pool, seed=seed)
     finally:
         placement_log.removeHandler(fallbacks)
     out: dict[str, Any] = {k: row[k] for k in ("problem", "solution", "verdict", "wall_s", "statuses")}
@@ -229,7 +239,7 @@ def markdown(meta: dict[str, Any], batches: list[dict[str, Any]]) -> str:
         f"torch {meta['torch']}; stages {', '.join(meta['stages'])}; load average before {meta['load_before']}, "
         f"after {meta.get('load_after')}.", "",
     ]
-    cores = os.cpu_count() or 1
+    cores = meta.get("cores") or os.cpu_count() or 1
     # the audits themselves load the machine (parent and child at once), so only the load before them tells of others
     if meta["load_before"][0] > cores / 2:
         lines += [f"**The machine was shared when this started** (load average {meta['load_before'][0]} on {cores} cores): "
@@ -279,6 +289,10 @@ def main() -> int:
     ap.add_argument("--cold-child", action="store_true",
                     help="spare children are not warmed up (worker.canary.warm; by default they are on a GPU)")
     ap.add_argument("--warmup", default="", help="PROBLEM/SOLUTION each warm worker audits first (default: the first selected)")
+    ap.add_argument("--seed-base", type=int, default=None,
+                    help="fixed audit seeds derived from this and each example (default: random); with --n 1,8 the "
+                         "second batch repeats the first's canary seeds, so its parent runs come from the worker's cache "
+                         "(worker.canary.parent_cache, KAUDIT_CACHE_DIR shared by the batches)")
     ap.add_argument("--out", required=True, help="FILE.json; FILE.md is written next to it")
     args = ap.parse_args()
     if args.device == "cpu":
@@ -296,7 +310,7 @@ def main() -> int:
     meta: dict[str, Any] = {
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "device": machine(args.device),
         "device_kind": "cuda" if args.device.startswith("cuda") else "cpu", "torch": torch.__version__,
-        "stages": list(stages), "examples": [f"{p}/{s}" for p, s in todo], "load_before": [round(x, 2) for x in os.getloadavg()],
+        "stages": list(stages), "cores": os.cpu_count(), "seed_base": args.seed_base, "examples": [f"{p}/{s}" for p, s in todo], "load_before": [round(x, 2) for x in os.getloadavg()],
         "workers": "cold: a fresh process per worker, no spare child" if args.cold else
                    f"warm: each worker process ran one warm-up audit ({'/'.join(warmup)}, stages {', '.join(WARMUP_STAGES)}) "
                    "and keeps a spare sandbox child",
@@ -322,7 +336,7 @@ def main() -> int:
 
         t0 = time.perf_counter()
         with FreeMemoryWatch(args.device) as watch:
-            run_jobs(timed_audit, [(p, s, args.device, stages) for p, s in todo], workers=n, budget_s=args.budget_s,
+            run_jobs(timed_audit, [(p, s, args.device, stages, audit_seed(args.seed_base, p, s)) for p, s in todo], workers=n, budget_s=args.budget_s,
                      on_result=record, initializer=None if args.cold else warm_worker,
                      initargs=() if args.cold else (args.device, warmup, False if args.cold_child else None))
         batch["summary"] = summarise(n, rows, time.perf_counter() - t0, len(todo), watch)

@@ -1,4 +1,4 @@
-"""The CPU canary trains its null runs only when the rule needs them (CanaryProfile.lazy_nulls).
+"""The canary trains its null runs only when the rule needs them (CanaryProfile.lazy_nulls).
 
 The rule fails a held-out gap above max(band_factor x null band, loss_floor): a gap at or below the floor passes
 whatever the nulls say, so they are trained only where a gap exceeds it, after the submission's runs. Real parts
@@ -51,8 +51,10 @@ def _canary(solution: Solution, profile: CanaryProfile, seed: int = 11) -> Stage
         ctx.close()
 
 
-def test_the_cpu_profile_trains_its_nulls_lazily_and_the_gpu_profile_does_not() -> None:
-    assert profile_for("cpu").lazy_nulls and not profile_for("gpu").lazy_nulls
+def test_both_profiles_train_their_nulls_lazily_and_read_the_parent_from_a_pool_of_seeds() -> None:
+    # on the H200 the reference's side with its nulls (4 stacked runs) took 1.6-1.9x the time of 2
+    # (benchmarks/results/h200-2026-12-03/callA_canary_step.txt)
+    assert all(profile_for(name).lazy_nulls and profile_for(name).seed_pool == 4 for name in ("cpu", "gpu"))
 
 
 def test_a_correct_kernel_passes_without_the_null_runs() -> None:

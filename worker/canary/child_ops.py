@@ -10,6 +10,7 @@ from typing import Any
 
 import torch
 
+from worker.canary import checkpoint_wire
 from worker.canary.binding import Kernel, OpBinding
 from worker.canary.profiles import CanaryProfile
 from worker.canary.stacked import train_stacked
@@ -39,7 +40,8 @@ def submission_kernel(state: HarnessState) -> Kernel:
 
 def train(state: HarnessState, payload: dict[str, Any]) -> dict[str, Any]:
     """One run per optimiser in `optimizers`, all with the submission at the site, trained together
-    (worker.canary.stacked); `runs` holds each one's losses and checkpoint weights, in that order."""
+    (worker.canary.stacked); `runs` holds each one's losses, in that order, and `outputs` their checkpoint weights
+    as one tensor (worker.canary.checkpoint_wire)."""
     if payload.get("threads"):
         torch.set_num_threads(int(payload["threads"]))
     p = CanaryProfile.model_validate(payload["profile"])
@@ -49,11 +51,12 @@ def train(state: HarnessState, payload: dict[str, Any]) -> dict[str, Any]:
         raise ValueError(f"unknown optimisers {opts}")
     torch.manual_seed(int(payload["seed"]))
     kernel = submission_kernel(state)
+    steps = sorted({int(s) for s in payload["checkpoints"]})
+    # weights stay on the device where the reply's outputs are exported there (worker.sandbox.device_share)
+    on_device = state.exporter is not None and torch.device(state.device).type == "cuda"
     outs = train_stacked(p, binding, [kernel] * len(opts), payload["init"], payload["batches"], opts,  # type: ignore[arg-type]
-                         state.device, tuple(int(s) for s in payload["checkpoints"]))
-    runs = []
-    for opt, out in zip(opts, outs):
-        steps = sorted(out.checkpoints)
-        runs.append({"optimizer": opt, "losses": out.losses, "checkpoint_steps": steps,
-                     "checkpoint_states": [out.checkpoints[s] for s in steps]})
-    return {"ok": True, "runs": runs}
+                         state.device, tuple(steps), keep_on_device=on_device)
+    runs = [{"optimizer": opt, "losses": out.losses, "checkpoint_steps": sorted(out.checkpoints)} for opt, out in zip(opts, outs)]
+    weights = checkpoint_wire.pack([out.checkpoints for out in outs], steps, payload["init"],
+                                   torch.device(state.device) if on_device else torch.device("cpu"))
+    return {"ok": True, "runs": runs, "outputs": [weights]}

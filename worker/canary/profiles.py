@@ -104,6 +104,10 @@ GPU = CanaryProfile(
     loss_floor=0.1,
     autocast_bf16=True,
     child_timeout_s=300.0,
+    # as on the CPU: the parent's runs are read back after the first audit of a problem at each of four seeds (an
+    # entry holds SGD's weights at two fidelity steps, about 92 MB), and the nulls train only for a gap over the floor
+    seed_pool=4,
+    lazy_nulls=True,
 )
 
 PROFILES: dict[str, CanaryProfile] = {"cpu": CPU, "gpu": GPU}

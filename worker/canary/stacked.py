@@ -101,7 +101,9 @@ def clip_per_member(params: Sequence[torch.Tensor], max_norm: float, k: int) -> 
         g.mul_(coef.view(k, *([1] * (g.dim() - 1))))
 
 
-def _member_state(params: Params, m: int) -> State:
+def _member_state(params: Params, m: int, on_device: bool) -> State:
+    if on_device:
+        return {name: t[m].detach().clone() for name, t in params.items()}
     return {name: t[m].detach().to("cpu", copy=True) for name, t in params.items()}
 
 
@@ -124,6 +126,7 @@ def train_stacked(
     checkpoints: tuple[int, ...] | None = None,
     stop: threading.Event | None = None,
     widen: tuple[threading.Event, int] | None = None,
+    keep_on_device: bool = False,
 ) -> list[TrainOutput]:
     """worker.canary.train.train for every kernel at once: one TrainOutput per kernel, in order.
 
@@ -133,7 +136,8 @@ def train_stacked(
     GPU a model this small is bound by kernel launches, not arithmetic).
     `stop`, once set, ends the training at the next step with CanaryStopped (its caller is unwinding).
     `widen` = (event, threads): once the event is set (the submission's process next to this one has finished
-    training, freeing its cores), the rest of the training runs on that many intra-op threads."""
+    training, freeing its cores), the rest of the training runs on that many intra-op threads.
+    `keep_on_device`: checkpoint weights stay on the training's device (else they are copied to the host)."""
     device = torch.device(device)
     k = len(kernels)
     if k == 0:
@@ -155,7 +159,7 @@ def train_stacked(
     def member_state(m: int) -> State:
         for (_, members), gp in zip(groups, group_params):
             if m in members:
-                return _member_state(gp, members.index(m))
+                return _member_state(gp, members.index(m), keep_on_device)
         raise KeyError(m)
 
     keep = set(checkpoints if checkpoints is not None else p.checkpoints)

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from worker.canary import judge, parent_cache
+from worker.canary import checkpoint_wire, judge, parent_cache
 from worker.canary.binding import CanaryUnsupported, Kernel, OpBinding, bind
 from worker.canary.data import canary_text
 from worker.canary.model import init_state
@@ -41,20 +41,6 @@ RULE = (
     "max(band_factor x largest |null gap|, loss_floor); nulls = reference reruns and reference with its op "
     "output moved 1 ulp on a random half of elements"
 )
-
-
-def _validate_states(steps: list[int], states: list[Any], like: State) -> dict[int, State]:
-    if len(steps) != len(states):
-        raise ValueError("checkpoint steps and states differ in number")
-    out: dict[int, State] = {}
-    for s, st in zip(steps, states):
-        if not isinstance(st, dict) or set(st) != set(like):
-            raise ValueError(f"checkpoint {s}: parameter names differ from the model's")
-        for k, v in st.items():
-            if not isinstance(v, torch.Tensor) or type(v) is not torch.Tensor or v.shape != like[k].shape:
-                raise ValueError(f"checkpoint {s}: '{k}' is not a tensor of shape {tuple(like[k].shape)}")
-        out[int(s)] = {k: v.float() for k, v in st.items()}
-    return out
 
 
 def run(ctx: AuditContext, profile: CanaryProfile | None = None) -> StageResult:
@@ -132,8 +118,9 @@ def _run(ctx: AuditContext, p: CanaryProfile, binding: OpBinding) -> StageResult
         return runs
 
     def store(runs: dict[Optimizer, dict[str, Any]]) -> None:
-        if cache_key is not None:  # the SGD states are kept only where the fidelity check reads them
-            parent_cache.store(cache_dir(), cache_key, {opt: {**r, "states": {s: st for s, st in r["states"].items() if s in p.fidelity_steps}}
+        if cache_key is not None:  # weights are kept only where the fidelity check reads them: SGD's, at its steps
+            parent_cache.store(cache_dir(), cache_key, {opt: {**r, "states": {s: st for s, st in r["states"].items()
+                                                                              if opt == "sgd" and s in p.fidelity_steps}}
                                                         for opt, r in runs.items()})
 
     def train_parent_runs() -> dict[Optimizer, dict[str, Any]]:
@@ -201,6 +188,15 @@ def _run(ctx: AuditContext, p: CanaryProfile, binding: OpBinding) -> StageResult
         return StageResult(name=NAME, status=StageStatus.failed,
                            summary=f"the submission's training sent back no run per optimiser {list(p.optimizers)}")
     replies = {opt: r for opt, r in zip(p.optimizers, runs)}
+    outputs = reply.get("outputs")
+    try:
+        if any(r.get("checkpoint_steps") != steps for r in runs):
+            raise ValueError(f"its runs name other checkpoint steps than {steps}")
+        if not isinstance(outputs, list) or len(outputs) != 1:
+            raise ValueError("it sent no single tensor of checkpoint weights")
+        sub_weights = dict(zip(p.optimizers, checkpoint_wire.unpack(outputs[0], len(p.optimizers), steps, init)))
+    except ValueError as err:
+        return StageResult(name=NAME, status=StageStatus.failed, summary=f"the submission's training sent back unusable weights: {err}")
     ref_sgd_states: dict[int, State] = parent["sgd"]["states"] if "sgd" in parent else {}
 
     losses: list[judge.LossJudgement] = []
@@ -208,12 +204,7 @@ def _run(ctx: AuditContext, p: CanaryProfile, binding: OpBinding) -> StageResult
     t = time.perf_counter()
     sub_evals: dict[Optimizer, list[float]] = {}
     for opt in p.optimizers:
-        reply = replies[opt]
-        sub_states = _validate_states(list(reply.get("checkpoint_steps", [])), list(reply.get("checkpoint_states", [])), init)
-        missing = [s for s in steps if s not in sub_states]
-        if missing:
-            return StageResult(name=NAME, status=StageStatus.failed, summary=f"the submission's run sent no weights for steps {missing}")
-        sub_evals[opt] = evaluate(sub_states)
+        sub_evals[opt] = evaluate(sub_weights[opt])
     timings["submission_eval_s"] = round(time.perf_counter() - t, 2)
 
     def judged() -> list[judge.LossJudgement]:
