@@ -288,6 +288,11 @@ def main() -> int:
                          "its imports and its child's start)")
     ap.add_argument("--cold-child", action="store_true",
                     help="spare children are not warmed up (worker.canary.warm; by default they are on a GPU)")
+    ap.add_argument("--cold-text", action="store_true",
+                    help="do not build the text cache first (`kaudit warm-cache`, worker.text.warm): the first audit at "
+                         "each real-text vocabulary size then tokenises the corpus on its clock")
+    ap.add_argument("--warmup-stages", default=",".join(WARMUP_STAGES),
+                    help="stages of the warm-up audit (add canary for a worker whose own process has trained before)")
     ap.add_argument("--warmup", default="", help="PROBLEM/SOLUTION each warm worker audits first (default: the first selected)")
     ap.add_argument("--seed-base", type=int, default=None,
                     help="fixed audit seeds derived from this and each example (default: random); with --n 1,8 the "
@@ -306,15 +311,20 @@ def main() -> int:
         return 2
     ns = [int(x) for x in args.n.split(",") if x.strip()]
     warmup = tuple(args.warmup.split("/", 1)) if args.warmup else todo[0]
+    warmup_stages = parse_stages(args.warmup_stages)
     out = Path(args.out)
     meta: dict[str, Any] = {
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "device": machine(args.device),
         "device_kind": "cuda" if args.device.startswith("cuda") else "cpu", "torch": torch.__version__,
         "stages": list(stages), "cores": os.cpu_count(), "seed_base": args.seed_base, "examples": [f"{p}/{s}" for p, s in todo], "load_before": [round(x, 2) for x in os.getloadavg()],
         "workers": "cold: a fresh process per worker, no spare child" if args.cold else
-                   f"warm: each worker process ran one warm-up audit ({'/'.join(warmup)}, stages {', '.join(WARMUP_STAGES)}) "
+                   f"warm: each worker process ran one warm-up audit ({'/'.join(warmup)}, stages {', '.join(warmup_stages)}) "
                    "and keeps a spare sandbox child",
     }
+    if not args.cold_text:  # what a deployed worker finds on disk (the image bakes it; worker.text.warm)
+        from worker.text.warm import vocab_sizes, warm_text_cache
+
+        meta["text_cache_s"] = warm_text_cache(vocab_sizes(load_catalogue(), "gpu" if meta["device_kind"] == "cuda" else "cpu"))
     batches: list[dict[str, Any]] = []
 
     def write() -> None:
@@ -338,7 +348,7 @@ def main() -> int:
         with FreeMemoryWatch(args.device) as watch:
             run_jobs(timed_audit, [(p, s, args.device, stages, audit_seed(args.seed_base, p, s)) for p, s in todo], workers=n, budget_s=args.budget_s,
                      on_result=record, initializer=None if args.cold else warm_worker,
-                     initargs=() if args.cold else (args.device, warmup, False if args.cold_child else None))
+                     initargs=() if args.cold else (args.device, warmup, False if args.cold_child else None, warmup_stages))
         batch["summary"] = summarise(n, rows, time.perf_counter() - t0, len(todo), watch)
         meta["load_after"] = [round(x, 2) for x in os.getloadavg()]
         write()

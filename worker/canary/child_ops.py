@@ -54,9 +54,10 @@ def train(state: HarnessState, payload: dict[str, Any]) -> dict[str, Any]:
     steps = sorted({int(s) for s in payload["checkpoints"]})
     # weights stay on the device where the reply's outputs are exported there (worker.sandbox.device_share)
     on_device = state.exporter is not None and torch.device(state.device).type == "cuda"
+    first: dict[str, float] = {}
     outs = train_stacked(p, binding, [kernel] * len(opts), payload["init"], payload["batches"], opts,  # type: ignore[arg-type]
-                         state.device, tuple(steps), keep_on_device=on_device)
+                         state.device, tuple(steps), keep_on_device=on_device, timings=first)
     runs = [{"optimizer": opt, "losses": out.losses, "checkpoint_steps": sorted(out.checkpoints)} for opt, out in zip(opts, outs)]
     weights = checkpoint_wire.pack([out.checkpoints for out in outs], steps, payload["init"],
                                    torch.device(state.device) if on_device else torch.device("cpu"))
-    return {"ok": True, "runs": runs, "outputs": [weights]}
+    return {"ok": True, "runs": runs, "outputs": [weights], "first_step_s": first.get("first_step_s")}

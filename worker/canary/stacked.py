@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
@@ -127,6 +128,7 @@ def train_stacked(
     stop: threading.Event | None = None,
     widen: tuple[threading.Event, int] | None = None,
     keep_on_device: bool = False,
+    timings: dict[str, float] | None = None,
 ) -> list[TrainOutput]:
     """worker.canary.train.train for every kernel at once: one TrainOutput per kernel, in order.
 
@@ -137,7 +139,9 @@ def train_stacked(
     `stop`, once set, ends the training at the next step with CanaryStopped (its caller is unwinding).
     `widen` = (event, threads): once the event is set (the submission's process next to this one has finished
     training, freeing its cores), the rest of the training runs on that many intra-op threads.
-    `keep_on_device`: checkpoint weights stay on the training's device (else they are copied to the host)."""
+    `keep_on_device`: checkpoint weights stay on the training's device (else they are copied to the host).
+    `timings`, if given, gets "first_step_s": the first step's wall time, device work included (one synchronisation),
+    which holds what a process pays on first use of the site's ops."""
     device = torch.device(device)
     k = len(kernels)
     if k == 0:
@@ -167,6 +171,7 @@ def train_stacked(
     live = list(range(k))  # members not yet diverged
     pending: list[torch.Tensor] = []
     steps = int(batches.shape[0])
+    started = time.perf_counter()
     for step in range(steps):
         if stop is not None and stop.is_set():
             raise CanaryStopped(f"stopped at step {step} of {steps}")
@@ -185,6 +190,10 @@ def train_stacked(
         for o in optims:
             o.step()
         pending.append(losses.detach().float())
+        if step == 0 and timings is not None:
+            if device.type == "cuda":
+                torch.cuda.current_stream(device).synchronize()
+            timings["first_step_s"] = round(time.perf_counter() - started, 3)
         if step + 1 in keep:
             for m in live:
                 outs[m].checkpoints[step + 1] = member_state(m)

@@ -120,6 +120,15 @@ def _two_adic(v: int, cap: int = DIVISOR_CAP) -> int:
     return j
 
 
+def jitter_bounds(v: int) -> tuple[int, int]:
+    """The smallest and largest size `jittered_keeping_divisibility` can draw for an axis of size `v`."""
+    if v < MIN_JITTER:
+        return v, v
+    step = 2 ** _two_adic(v)
+    lo, hi = math.ceil(v * (1 - JITTER) / step), math.floor(v * (1 + JITTER) / step)
+    return max(lo, 1) * step, hi * step
+
+
 def jittered_keeping_divisibility(definition: Definition, var_axes: dict[str, int], gen: torch.Generator) -> dict[str, int]:
     """Each var axis >= MIN_JITTER within +-25%, with the same power of two dividing it (up to 16).
 
@@ -132,9 +141,9 @@ def jittered_keeping_divisibility(definition: Definition, var_axes: dict[str, in
             continue
         j = _two_adic(v)
         step = 2**j
-        lo, hi = math.ceil(v * (1 - JITTER) / step), math.floor(v * (1 + JITTER) / step)
+        lo, hi = (b // step for b in jitter_bounds(v))
         exact = j < DIVISOR_CAP  # below the cap the quotient must stay odd, so the power of two is exactly the same
-        options = [q * step for q in range(max(lo, 1), hi + 1) if not exact or q % 2 == 1]
+        options = [q * step for q in range(lo, hi + 1) if not exact or q % 2 == 1]
         if options:
             picks = torch.randint(0, len(options), (TRIES,), generator=gen).tolist()
             cands[axis] = [options[i] for i in picks]

@@ -129,8 +129,12 @@ def _run(ctx: AuditContext, p: CanaryProfile, binding: OpBinding) -> StageResult
         per_opt = 1 + (len(null_kinds) if with_nulls else 0)
         with parent_thread(device, p.threads):
             t = time.perf_counter()
-            outs = train_stacked(p, binding, kernels, init, batches, member_opts, device, tuple(steps), stop=stop, widen=widen)
+            first: dict[str, float] = {}
+            outs = train_stacked(p, binding, kernels, init, batches, member_opts, device, tuple(steps), stop=stop, widen=widen,
+                                 timings=first)
             timings["parent_train_s"] = round(time.perf_counter() - t, 2)
+            if "first_step_s" in first:
+                timings["parent_first_step_s"] = first["first_step_s"]
             t = time.perf_counter()
             evals = [evaluate(o.checkpoints) for o in outs]
             timings["parent_eval_s"] = round(time.perf_counter() - t, 2)
@@ -180,6 +184,9 @@ def _run(ctx: AuditContext, p: CanaryProfile, binding: OpBinding) -> StageResult
             reply, secs = child.result()  # a SandboxError from the child propagates (the engine judges it)
             timings["waited_for_submission_s"] = round(time.perf_counter() - t, 2)
             timings["submission_train_s"] = round(secs, 2)
+            reported = reply.get("first_step_s") if isinstance(reply, dict) else None
+            if isinstance(reported, float) and 0 <= reported <= secs:  # the child's own clock: evidence only, never judged
+                timings["submission_first_step_s_reported"] = round(reported, 3)
         except BaseException:
             stop.set()
             raise
