@@ -57,6 +57,8 @@ def test_a_repeated_canary_seed_reads_the_parent_runs_and_judges_the_same(cache:
     assert again.evidence["seed"] == first.evidence["seed"]
     assert {k: again.metrics[k] for k in JUDGED} == {k: first.metrics[k] for k in JUDGED}
     assert again.status is first.status is StageStatus.passed
+    # alone on a hit, the submission's process gets the parent's core too
+    assert (first.metrics["timings"]["submission_threads"], again.metrics["timings"]["submission_threads"]) == (1, 2)
 
 
 def test_a_bad_kernel_judged_against_cached_runs_still_fails(cache: Path) -> None:

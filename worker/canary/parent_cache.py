@@ -75,6 +75,11 @@ def _path(folder: Path, key: str) -> Path:
 MAX_ENTRIES = 64
 
 
+def has(folder: Path, key: str) -> bool:
+    """An entry is stored under `key` (whether it is readable is `load`'s to find out)."""
+    return _path(folder, key).is_file()
+
+
 def load(folder: Path, key: str) -> dict[str, Any] | None:
     """The stored runs, or None (absent or unreadable). A hit marks the entry used (its mtime), for eviction."""
     path = _path(folder, key)

@@ -107,6 +107,12 @@ def _run(ctx: AuditContext, p: CanaryProfile, binding: OpBinding) -> StageResult
         definition=ctx.problem.definition.model_dump_json(), binding=binding.model_dump_json(), profile=p.model_dump_json(),
         device=device, seed=seed, batches=batches, heldout=held, init=init) if p.seed_pool else None
 
+    # on the CPU the submission's process trains alone when the parent's runs will be read back: it gets the
+    # parent's cores too (an entry unreadable after all costs only this; on a GPU the thread count is left as it is)
+    hit = cache_key is not None and parent_cache.has(cache_dir(), cache_key)
+    child_threads = (2 * p.threads if hit and widen is not None else p.threads) or 0
+    timings["submission_threads"] = child_threads
+
     def parent_runs() -> dict[Optimizer, dict[str, Any]]:
         if cache_key is not None:
             cached = parent_cache.load(cache_dir(), cache_key)
@@ -168,7 +174,7 @@ def _run(ctx: AuditContext, p: CanaryProfile, binding: OpBinding) -> StageResult
             "canary_train",
             {"profile": p.model_dump(mode="json"), "binding": binding.model_dump(mode="json"), "init": init,
              "batches": batches, "optimizers": list(p.optimizers), "checkpoints": steps, "seed": seed,
-             "threads": p.threads or 0},
+             "threads": child_threads},
             timeout_s=p.child_timeout_s,
         )
         return reply, time.perf_counter() - t
