@@ -51,7 +51,7 @@ WARMUP_STAGES = ("intake", "static", "benchmark")  # enough for the engine's laz
 
 
 def warm_worker(device: str, warmup: tuple[str, str] | None, warm_child: bool | None = None,
-                stages: tuple[str, ...] = WARMUP_STAGES) -> None:
+                stages: tuple[str, ...] = WARMUP_STAGES, warm_parent: bool = True) -> None:
     """What a long-lived audit worker has done before its next audit: the engine imported, the catalogue loaded,
     the device initialised, a spare sandbox child started (worker.sandbox.pool) and, with `warmup`, one audit
     run already (lazy imports, the text's tokenizer, the first CUDA kernels). Runs once per spawned process."""
@@ -69,6 +69,10 @@ def warm_worker(device: str, warmup: tuple[str, str] | None, warm_child: bool | 
     if warmup is not None:
         row = audit_row(warmup[0], warmup[1], device, stages, pool=pool)
         _WARM["warmup"] = {"example": "/".join(warmup), "wall_s": row["wall_s"], "verdict": row["verdict"]}
+    if warm_parent and device.startswith("cuda"):  # as the Celery worker's process does at its start (app/jobs/resources.py)
+        from worker.canary.parent_warm import warm_parent as warm_canary
+
+        _WARM["parent_warm_s"] = warm_canary(torch.device(device), load_catalogue())
     _WARM["setup_s"] = round(time.perf_counter() - t, 2)
 
 
@@ -291,6 +295,9 @@ def main() -> int:
     ap.add_argument("--cold-text", action="store_true",
                     help="do not build the text cache first (`kaudit warm-cache`, worker.text.warm): the first audit at "
                          "each real-text vocabulary size then tokenises the corpus on its clock")
+    ap.add_argument("--cold-parent", action="store_true",
+                    help="on a GPU, the worker process does not warm its side of the canary up first "
+                         "(worker.canary.parent_warm, as a Celery GPU worker does at its start)")
     ap.add_argument("--warmup-stages", default=",".join(WARMUP_STAGES),
                     help="stages of the warm-up audit (add canary for a worker whose own process has trained before)")
     ap.add_argument("--warmup", default="", help="PROBLEM/SOLUTION each warm worker audits first (default: the first selected)")
@@ -348,7 +355,8 @@ def main() -> int:
         with FreeMemoryWatch(args.device) as watch:
             run_jobs(timed_audit, [(p, s, args.device, stages, audit_seed(args.seed_base, p, s)) for p, s in todo], workers=n, budget_s=args.budget_s,
                      on_result=record, initializer=None if args.cold else warm_worker,
-                     initargs=() if args.cold else (args.device, warmup, False if args.cold_child else None, warmup_stages))
+                     initargs=() if args.cold else (args.device, warmup, False if args.cold_child else None, warmup_stages,
+                                                  not args.cold_parent))
         batch["summary"] = summarise(n, rows, time.perf_counter() - t0, len(todo), watch)
         meta["load_after"] = [round(x, 2) for x in os.getloadavg()]
         write()

@@ -49,4 +49,5 @@ def call(box: Sandbox, problem: Problem, case: Case, *, noncontiguous: list[int]
     payload: dict[str, Any] = {"args": case.args(defn), "outputs": case.output_specs(defn), "poison": float("nan")}
     if noncontiguous:
         payload["noncontiguous"] = noncontiguous
-    return list(box.request("call", payload)["outputs"])
+    # GPU outputs arrive on the device (worker.sandbox.device_share); the tests compare on the host, with the oracle
+    return [o.cpu() if isinstance(o, torch.Tensor) else o for o in box.request("call", payload)["outputs"]]

@@ -33,6 +33,7 @@ class LeaseLost(Exception):
 def run_one(local: ProcessLocal, audit_id: str) -> str:
     """Claim and run one audit. Returns what happened: 'noop', 'lease-lost', or the final status."""
     res = local.get()
+    res.wait_parent_warm()  # before the claim: the audit's lease and budget never include it
     settings = res.settings
     owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
     with res.sessions.begin() as session:
@@ -181,6 +182,8 @@ def register(app: Celery, settings: Settings) -> None:
         pool = local.get().sandbox_pool(settings.device)  # this worker's first audit finds a child ready too
         if pool is not None:
             pool.prestart()
+        if settings.device.startswith("cuda"):  # a GPU process's first canary training costs seconds (parent_warm)
+            local.get().start_parent_warm(settings.device)
 
     @app.task(name=AUDIT_TASK, acks_late=True, reject_on_worker_lost=True, ignore_result=True)
     def audit_task(audit_id: str) -> str:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 import os
+import threading
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING
@@ -15,6 +17,8 @@ from app.core.settings import Settings
 
 if TYPE_CHECKING:
     from worker.sandbox.pool import SandboxPool
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -41,6 +45,36 @@ class WorkerResources:
 
             self.pools[device] = SandboxPool(device, self.settings.isolation)
         return self.pools[device]
+
+    parent_warm_done: threading.Event | None = None
+    parent_warm_s: dict[str, float] = field(default_factory=dict)
+
+    def start_parent_warm(self, device: str) -> None:
+        """Warm this process's side of the canary in the background (worker.canary.parent_warm), once; the next
+        audit waits for it (`wait_parent_warm`) rather than pay the process's first training on its own clock."""
+        if self.parent_warm_done is not None:
+            return
+        done = self.parent_warm_done = threading.Event()
+        catalogue = self.catalogue
+
+        def run() -> None:
+            try:
+                import torch
+
+                from worker.canary.parent_warm import warm_parent
+
+                self.parent_warm_s.update(warm_parent(torch.device(device), catalogue))
+                log.info("canary warm-up on %s: %s", device, self.parent_warm_s)
+            except Exception:  # noqa: BLE001 - a failed warm-up costs the first audit its time, nothing else
+                log.warning("canary warm-up on %s failed; the first audit pays its first training", device, exc_info=True)
+            finally:
+                done.set()
+
+        threading.Thread(target=run, name="canary-warm", daemon=True).start()
+
+    def wait_parent_warm(self, timeout_s: float = 300.0) -> None:
+        if self.parent_warm_done is not None:
+            self.parent_warm_done.wait(timeout_s)
 
     @cached_property
     def catalogue(self):  # type: ignore[no-untyped-def]

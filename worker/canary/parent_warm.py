@@ -1,0 +1,60 @@
+"""Warm the audit worker's own process up before its first canary: the trusted side's training at every site.
+
+The worker's process trains the reference next to the submission's process (worker.stages.canary). Its first
+training pays for first use: the device's kernels loaded on first launch, cuBLAS and attention set up for the
+stacked model's shapes, the optimisers' code paths. worker.canary.warm does the same for a sandbox child.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from worker.canary.binding import CanaryUnsupported, bind
+from worker.canary.model import init_state
+from worker.canary.profiles import CanaryProfile, profile_for
+from worker.canary.stacked import parent_thread, train_stacked
+from worker.canary.train import heldout_loss, reference_kernel
+from worker.catalogue import Catalogue
+from worker.reference import Reference
+
+
+def warm_parent(device: torch.device, catalogue: Catalogue, steps: int = 2) -> dict[str, float]:
+    """The audit worker's side of the canary, once per site that a trusted catalogue problem places its op at:
+    `steps` stacked steps of the problem's reference with each optimiser, and one held-out evaluation.
+
+    Measured on the H200 (2026-12-03, benchmarks/results/h200-2026-12-03/session10): the parent's first canary in a
+    worker process trained cross-entropy's two runs in 7.8 s (first step 1.3 s), against 3.0 s (0.08 s) in a
+    process that had trained before. Only trusted code runs (curated references, random weights and tokens);
+    nothing of it is kept. Returns seconds per site."""
+    p = profile_for("gpu" if device.type == "cuda" else "cpu")
+    took: dict[str, float] = {}
+    threads = torch.get_num_threads()  # parent_thread sets this thread's count for the CPU profile: put it back
+    try:
+        _warm_sites(p, device, catalogue, steps, took)
+    finally:
+        torch.set_num_threads(threads)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return took
+
+
+def _warm_sites(p: CanaryProfile, device: torch.device, catalogue: Catalogue, steps: int, took: dict[str, float]) -> None:
+    batches = torch.randint(0, p.vocab_size, (steps, p.batch_size, p.seq_len + 1))
+    held = torch.randint(0, p.vocab_size, (2, p.seq_len + 1))
+    for problem in catalogue:
+        spec = problem.spec.canary
+        if spec is None or spec.site in took or not problem.reference_trusted:
+            continue
+        try:
+            binding = bind(spec.site, problem.definition)
+        except CanaryUnsupported:
+            continue
+        t0 = time.perf_counter()
+        ref = reference_kernel(Reference.of(problem.definition).run_fn)
+        init = init_state(p, binding.site, 0)
+        with parent_thread(device, p.threads):
+            outs = train_stacked(p, binding, [ref] * len(p.optimizers), init, batches, list(p.optimizers), device, (steps,))
+            heldout_loss(p, binding.site, outs[0].checkpoints[steps], held, device)
+        took[spec.site] = round(time.perf_counter() - t0, 2)
