@@ -29,7 +29,7 @@ COPY app ./app
 
 USER 10001
 # the corpus tokenised at every size this catalogue's probes and canary draw (worker.text.warm): built once here,
-# so that no audit trains a tokenizer on its own clock (1.5-3.5 s per size)
+# so that no audit trains a tokenizer on its own clock (1-2 s per size)
 RUN kaudit warm-cache
 EXPOSE 8000
 HEALTHCHECK --interval=30s --timeout=3s CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8000/healthz')"]

@@ -180,7 +180,7 @@ def warm_cache(
 ) -> None:
     """Tokenise the built-in text at every size this catalogue's audits can ask for, before any audit does.
 
-    Each size costs 1.5-3.5 s once per machine (KAUDIT_CACHE_DIR); an audit that finds none pays it instead."""
+    Each size costs about 1-2 s once per machine (KAUDIT_CACHE_DIR); an audit that finds none pays it instead."""
     from worker.text.warm import vocab_sizes, warm_text_cache
 
     wanted = profile or ["cpu", "gpu"]

@@ -2,8 +2,9 @@
 
 A probe's real-text ids come from the corpus tokenised at a ladder size (worker.text.tokenizer.ladder_vocab), and
 a probe's vocabulary axis is drawn per audit within +-25% (worker.generic.shapes), so one probe can need any of two
-or three sizes. The first audit that meets a size trains a byte-level BPE and tokenises the corpus: 3.5 s on a
-2-core machine, 1.5 s on the H200's 16-core host (benchmarks/results/h200-2026-12-03). Done here, before the
+or three sizes. The first audit that meets a size trains a byte-level BPE and tokenises the corpus: 1.4-1.7 s per
+size on a 2-core machine, 0.8-1.0 s on the H200's 16-core host (benchmarks/results/h200-2026-12-03/session10,
+`text_cache_s` in its time-to-verdict files). Done here, before the
 service takes audits (the image build, an operator's `kaudit warm-cache`), no audit pays it. What is built is
 trusted text only, keyed by size on disk (KAUDIT_CACHE_DIR); a size missed here is built on first use as before.
 """
