@@ -286,7 +286,7 @@ def main() -> int:
     ap.add_argument("--n", default="1,4,8", help="comma-separated numbers of audits run at once")
     ap.add_argument("--only", default="", help="comma-separated fnmatch patterns on problem/solution (default: every example)")
     ap.add_argument("--stages", default="intake,static,benchmark,probes,canary")
-    ap.add_argument("--budget-s", type=float, default=float("inf"), help="time budget for each N's batch")
+    ap.add_argument("--budget-s", type=float, default=float("inf"), help="time budget for each N's batch, from when its worker processes are set up")
     ap.add_argument("--cold", action="store_true",
                     help="no warm worker: no spare sandbox child and no warm-up audit (each process's first audit pays "
                          "its imports and its child's start)")
