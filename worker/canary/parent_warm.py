@@ -37,6 +37,7 @@ def warm_parent(device: torch.device, catalogue: Catalogue, steps: int = 2) -> d
         torch.set_num_threads(threads)
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+        torch.cuda.empty_cache()  # what the warm-up reserved goes back to the card, for the audits of every process
     return took
 
 
