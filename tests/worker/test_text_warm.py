@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,7 @@ from app.cli import app
 from worker.catalogue import Catalogue, Profile, load_catalogue
 from worker.generic.shapes import jitter_bounds, jittered_keeping_divisibility
 from worker.text import tokenizer
-from worker.text.tokenizer import VOCAB_LADDER, ladder_vocab
+from worker.text.tokenizer import text_vocab
 from worker.text.warm import REAL_TEXT, vocab_sizes, warm_text_cache
 
 
@@ -21,8 +22,19 @@ def catalogue() -> Catalogue:
     return load_catalogue()
 
 
+@pytest.fixture
+def fresh_text_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """An empty KAUDIT_CACHE_DIR, as a fresh process sees it (no tokenizer or ids held in memory)."""
+    monkeypatch.setenv("KAUDIT_CACHE_DIR", str(tmp_path))
+    tokenizer.get_tokenizer.cache_clear()
+    tokenizer._ids_array.cache_clear()
+    yield tmp_path
+    tokenizer.get_tokenizer.cache_clear()
+    tokenizer._ids_array.cache_clear()
+
+
 @pytest.mark.parametrize("v", [7, 8, 1000, 1023, 2048, 32000, 50257, 128256])
-def test_jitter_bounds_hold_every_draw_and_are_reached(catalogue: Catalogue, v: int) -> None:
+def test_jitter_bounds_hold_every_draw_and_span_the_stated_size(catalogue: Catalogue, v: int) -> None:
     definition = catalogue.get("cross_entropy").definition
     lo, hi = jitter_bounds(v)
     drawn = {jittered_keeping_divisibility(definition, {"num_tokens": 4, "vocab_size": v}, torch.Generator().manual_seed(s))
@@ -45,8 +57,7 @@ def test_warm_sizes_cover_every_real_text_draw_of_the_catalogue(catalogue: Catal
                 axis = gen.params["high_axis"]
                 for s in range(100):
                     drawn = {**axes, **jittered_keeping_divisibility(problem.definition, axes, torch.Generator().manual_seed(s))}
-                    # worker.text.tokenizer.text_token_ids: the ladder size below the bound, 256 for a smaller bound
-                    want = ladder_vocab(drawn[axis]) if drawn[axis] >= VOCAB_LADDER[0] else VOCAB_LADDER[0]
+                    want = text_vocab(drawn[axis])
                     assert want in sizes, (problem.name, probe.name, drawn[axis], want, sorted(sizes))
                     seen += 1
     assert seen >= 300  # cross-entropy's three real-text probes at least
@@ -58,21 +69,24 @@ def test_cross_entropy_gpu_probes_need_three_sizes_and_the_canary_its_own(catalo
     assert 2048 in vocab_sizes(catalogue, "cpu")  # the CPU canary's vocabulary
 
 
-def test_warm_builds_each_size_once_then_audits_read_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("KAUDIT_CACHE_DIR", str(tmp_path))
+def _built(folder: Path) -> list[int]:
+    return sorted(int(p.name.split("-")[1]) for p in folder.glob("ids-*.npy"))
+
+
+def test_warm_builds_each_size_once_then_audits_read_it(fresh_text_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    took = warm_text_cache([512, 768])
+    assert sorted(took) == [512, 768]
+    assert _built(fresh_text_cache) == [512, 768]
+    tokenizer._ids_array.cache_clear()  # a fresh process: the ids come from disk, no tokenizer is trained
     tokenizer.get_tokenizer.cache_clear()
-    tokenizer._ids_array.cache_clear()
-    try:
-        took = warm_text_cache([512, 768])
-        assert sorted(took) == [512, 768]
-        assert sorted(p.name.split("-")[1] for p in tmp_path.glob("ids-*.npy")) == ["512", "768"]
-        tokenizer._ids_array.cache_clear()  # a fresh process: the ids come from disk, no tokenizer is trained
-        tokenizer.get_tokenizer.cache_clear()
-        monkeypatch.setattr(tokenizer, "_train", lambda v: pytest.fail(f"trained a tokenizer at {v} after warm-up"))
-        assert tokenizer.text_token_ids(700).max() < 512
-    finally:
-        tokenizer.get_tokenizer.cache_clear()
-        tokenizer._ids_array.cache_clear()
+    monkeypatch.setattr(tokenizer, "_train", lambda v: pytest.fail(f"trained a tokenizer at {v} after warm-up"))
+    assert tokenizer.text_token_ids(700).max() < 512
+
+
+def test_text_vocab_names_the_only_size_text_token_ids_builds(fresh_text_cache: Path) -> None:
+    for high in (100, 700):  # below the byte alphabet (folded 256-id stream), and a ladder size (512)
+        tokenizer.text_token_ids(high)
+    assert _built(fresh_text_cache) == sorted({text_vocab(100), text_vocab(700)}) == [256, 512]
 
 
 def test_cli_refuses_an_unknown_profile() -> None:

@@ -78,6 +78,12 @@ def ladder_vocab(vocab_size: int) -> int:
     return fits[-1] if fits else vocab_size
 
 
+def text_vocab(high: int) -> int:
+    """The vocabulary size `text_token_ids(high)` tokenises the corpus at: the ladder's below `high`, the byte-level
+    alphabet's 256 for a smaller bound."""
+    return ladder_vocab(high) if high >= VOCAB_LADDER[0] else VOCAB_LADDER[0]
+
+
 def text_token_ids(high: int) -> torch.Tensor:
     """The corpus as a stream of token ids below `high`, for a probe's real text.
 
@@ -86,10 +92,10 @@ def text_token_ids(high: int) -> torch.Tensor:
     rank and the ranks folded modulo `high`: the most frequent tokens keep ids of their own, and the rare ones add to
     them, so the distribution keeps its heavy head."""
     if high >= VOCAB_LADDER[0]:
-        return corpus_token_ids(ladder_vocab(high))
+        return corpus_token_ids(text_vocab(high))
     if high < 1:
         raise ValueError(f"no token ids below {high}")
-    stream = corpus_token_ids(VOCAB_LADDER[0])
+    stream = corpus_token_ids(text_vocab(high))
     counts = torch.bincount(stream, minlength=VOCAB_LADDER[0])
     rank = torch.empty_like(counts)
     rank[torch.argsort(counts, descending=True, stable=True)] = torch.arange(counts.numel())

@@ -17,15 +17,14 @@ from collections.abc import Callable, Iterable
 from worker.canary.profiles import profile_for
 from worker.catalogue import Catalogue, Profile
 from worker.generic.shapes import jitter_bounds
-from worker.text.tokenizer import VOCAB_LADDER, corpus_token_ids, ladder_vocab
+from worker.text.tokenizer import VOCAB_LADDER, corpus_token_ids, text_vocab
 
 REAL_TEXT = "real_text_ids"
 
 
 def _ladder_sizes(lo: int, hi: int) -> set[int]:
-    """Every size text_token_ids tokenises at for an id bound in [lo, hi]."""
-    first = ladder_vocab(max(lo, VOCAB_LADDER[0]))
-    return {first} | {v for v in VOCAB_LADDER if first < v <= hi}
+    """Every size text_token_ids tokenises at for an id bound in [lo, hi] (text_vocab steps up at ladder sizes)."""
+    return {text_vocab(lo)} | {v for v in VOCAB_LADDER if lo < v <= hi}
 
 
 def vocab_sizes(catalogue: Catalogue, profile: Profile) -> list[int]:
