@@ -13,7 +13,7 @@ import torch
 from worker import generated
 from worker.formats import Definition, Workload
 from worker.numerics.dtypes import to_torch
-from worker.reference import Reference
+from worker.reference import ReferenceRunner
 
 
 @dataclass(frozen=True)
@@ -89,7 +89,7 @@ def input_seed(seed: int, name: str) -> int:
 
 def build_case(
     definition: Definition,
-    reference: Reference,
+    reference: ReferenceRunner,
     workload: Workload,
     seed: int,
     *,
@@ -110,8 +110,7 @@ def build_case(
             inputs[name] = scalars[name]
         elif kind == "custom":
             if custom is None:
-                torch.manual_seed(seed)
-                custom = reference.custom_inputs({**axes, **scalars}, torch.device("cpu"))
+                custom = reference.custom_inputs({**axes, **scalars}, torch.device("cpu"), seed)
             inputs[name] = custom[name].cpu()
         elif kind == "safetensors":
             from safetensors.torch import load_file

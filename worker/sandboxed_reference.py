@@ -42,6 +42,12 @@ class SandboxedReference:
         self._sandbox = Sandbox(device, default_timeout_s=timeout_s, interrupts=interrupts, isolation=isolation)
 
     def run(self, args: list[Any]) -> list[torch.Tensor]:
+        # the request and its reply are our own serialisation: a TorchFunctionMode around this call (the generic
+        # oracle's promotion) must not rewrite the tensors that torch.load rebuilds
+        with torch._C.DisableTorchFunction():
+            return self._run(args)
+
+    def _run(self, args: list[Any]) -> list[torch.Tensor]:
         self._sandbox.ensure(self._solution)
         reply = self._sandbox.request("call", {"args": [a.cpu() if isinstance(a, torch.Tensor) else a for a in args],
                                                "outputs": [], "poison": None})
@@ -59,8 +65,18 @@ class SandboxedReference:
 
         return run
 
-    def custom_inputs(self, axes_and_scalars: dict[str, Any], device: torch.device) -> dict[str, torch.Tensor]:
-        raise ValueError(f"{self.definition.name}: an uploaded definition cannot use custom inputs")
+    def custom_inputs(self, axes_and_scalars: dict[str, Any], device: torch.device, seed: int) -> dict[str, torch.Tensor]:
+        """The definition's custom inputs, made by its own code in this reference's sandbox (seeded there)."""
+        name = self.definition.custom_inputs_entrypoint
+        if not name:
+            raise ValueError(f"{self.definition.name}: a workload asks for custom inputs but the definition has no custom_inputs_entrypoint")
+        self._sandbox.ensure(self._solution)
+        reply = self._sandbox.request("custom_inputs", {"entrypoint": name, "seed": int(seed),
+                                                         "axes_and_scalars": dict(axes_and_scalars)})
+        made = reply.get("inputs")
+        if not isinstance(made, dict) or not all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in made.items()):
+            raise RuntimeError("the uploaded definition's custom inputs are not a dict of name -> tensor")
+        return {k: v.to(device) for k, v in made.items()}
 
     def close(self) -> None:
         self._sandbox.close()

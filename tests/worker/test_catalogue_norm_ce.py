@@ -139,7 +139,7 @@ def test_every_workload_builds(catalogue: Catalogue, name: str) -> None:
             axes = p.definition.resolve_axes(w.axes)
             scalars = {n: i.value for n, i in w.inputs.items() if i.type == "scalar"}
             assert scalars == {"ignore_index": -100}
-            t = ref.custom_inputs({**axes, **scalars}, torch.device("cpu"))["targets"]
+            t = ref.custom_inputs({**axes, **scalars}, torch.device("cpu"), 1)["targets"]
             assert t.dtype == torch.int64 and t.shape == (axes["num_tokens"],)
             assert 0 <= int(t.min()) and int(t.max()) < axes["vocab_size"]
 

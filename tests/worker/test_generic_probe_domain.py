@@ -24,7 +24,7 @@ def _cases(problem, profile: str, seed: int):  # type: ignore[no-untyped-def]
     """Each probe's name and case; a probe that cannot be built yields its error instead (it makes the stage an
     error in an audit, so it is a finding too)."""
     workloads = problem.workloads(profile)
-    plan = derive_plan(problem.definition, workloads, profile, seed)
+    plan = derive_plan(problem.definition, workloads, profile, seed, Reference.of(problem.definition))
     sources = ProbeSources(reference=Reference.of(problem.definition), workloads=workloads)
     for probe in plan.spec.probes:
         try:

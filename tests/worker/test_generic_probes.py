@@ -31,7 +31,7 @@ def _probes(problem, solution_name: str, seed: int = 3):  # type: ignore[no-unty
 
 
 def test_plan_reads_the_reduction_axis_and_draws_axes_per_seed() -> None:
-    a = derive_plan(TINY.definition, TINY.workloads("cpu"), "cpu", seed=1)
+    a = derive_plan(TINY.definition, TINY.workloads("cpu"), "cpu", seed=1, reference=Reference.of(TINY.definition))
     assert a.structure.outputs["probs"].coupled == ["cols"]
     assert a.spec.budgets["probs"].group_dims == [0]  # one group per row, the axis softmax reduces over inside it
     names = [p.name for p in a.spec.probes]
@@ -40,9 +40,9 @@ def test_plan_reads_the_reduction_axis_and_draws_axes_per_seed() -> None:
     odd = next(p for p in a.spec.probes if p.name == "odd_shape")
     assert all(v % 2 == 1 for v in odd.axes.values())
     # the axes come from the seed: the same seed draws the same, other seeds draw others
-    again = derive_plan(TINY.definition, TINY.workloads("cpu"), "cpu", seed=1)
+    again = derive_plan(TINY.definition, TINY.workloads("cpu"), "cpu", seed=1, reference=Reference.of(TINY.definition))
     assert [p.axes for p in again.spec.probes] == [p.axes for p in a.spec.probes]
-    others = {tuple(sorted(p.axes.items())) for s in range(2, 9) for p in derive_plan(TINY.definition, TINY.workloads("cpu"), "cpu", s).spec.probes if p.name == "workload_like"}
+    others = {tuple(sorted(p.axes.items())) for s in range(2, 9) for p in derive_plan(TINY.definition, TINY.workloads("cpu"), "cpu", s, Reference.of(TINY.definition)).spec.probes if p.name == "workload_like"}
     assert len(others) > 1
 
 

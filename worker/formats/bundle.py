@@ -43,10 +43,14 @@ class DefinitionBundle(BaseModel):
                 missing = var_axes - set(w.axes)
                 if missing:
                     problems.append(f"{label}[{w.uuid}]: no value for the var axes {sorted(missing)}")
-                custom = [n for n, i in w.inputs.items() if i.type in ("custom", "safetensors")]
-                if custom:
-                    problems.append(f"{label}[{w.uuid}]: inputs {custom} use custom or safetensors inputs, "
-                                    "which an uploaded definition cannot carry (use random or scalar)")
+                # custom inputs are made by the definition's own code, in its sandbox (worker.sandboxed_reference);
+                # a safetensors input names a file, which an upload carries no way to ship
+                blobs = [n for n, i in w.inputs.items() if i.type == "safetensors"]
+                if blobs:
+                    problems.append(f"{label}[{w.uuid}]: inputs {blobs} are safetensors files, which an uploaded "
+                                    "definition cannot carry (use random, scalar or custom inputs)")
+                if any(i.type == "custom" for i in w.inputs.values()) and not d.custom_inputs_entrypoint:
+                    problems.append(f"{label}[{w.uuid}]: custom inputs need the definition's custom_inputs_entrypoint")
         if problems:
             raise ValueError("; ".join(problems))
         return self

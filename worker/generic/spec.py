@@ -25,7 +25,7 @@ from worker.problem_spec import (
     OutputBudget,
     ProbeSpec,
 )
-from worker.reference import Reference
+from worker.reference import ReferenceRunner
 
 SCALES = (1e-4, 1e-2, 1e3)
 OFFSET_MEAN = 100.0
@@ -92,18 +92,21 @@ def _budgets(definition: Definition, structure: Structure, roles: dict[str, Inpu
 
 
 def derive_plan(
-    definition: Definition, workloads: tuple[Workload, ...], profile: str, seed: int, *, max_ratio: float = 4.0
+    definition: Definition, workloads: tuple[Workload, ...], profile: str, seed: int, reference: ReferenceRunner, *,
+    max_ratio: float = 4.0,
 ) -> GenericPlan:
-    """Budgets and probes for `definition`, drawn from `seed` (one plan per audit)."""
+    """Budgets and probes for `definition`, drawn from `seed` (one plan per audit).
+
+    `reference` is the audit's own (worker.context): an uploaded definition's runs in its sandbox, so reading
+    the structure and building custom inputs never execute the uploader's code here."""
     base = base_workload(definition, workloads)
     gen = torch.Generator().manual_seed(seed)
     base_axes = {a: int(base.axes[a]) for a in definition.var_axes}
     roles = classify(definition, base)
-    reference = Reference.of(definition)
     small = min(workloads, key=lambda w: _size(definition, w) or math.inf)
     try:
         small_case = build_case(definition, reference, small, seed)
-        structure = infer_structure(definition, small_case, seed)
+        structure = infer_structure(definition, small_case, seed, reference)
     except Exception as err:  # noqa: BLE001 - the workload's own inputs failed to build: judge outputs whole
         structure = Structure(note=f"could not build workload '{small.uuid}' to read the structure: {type(err).__name__}: {err}"[:300])
     scalars = _scalar_inputs(roles)

@@ -1,4 +1,5 @@
-"""Which axes the reference reduces over, found by perturbing its inputs (fp64, trusted process).
+"""Which axes the reference reduces over, found by perturbing its inputs (fp64; the reference runs where the audit's
+reference runs: in the trusted process when curated, in its sandbox when uploaded).
 
 For each float input, one element at a random position is nudged and the fp64 reference re-run.
 An output dim whose axis the input shares is *coupled* when outputs change at other positions
@@ -18,6 +19,7 @@ from pydantic import BaseModel, Field
 from worker.formats import Definition
 from worker.generic.promote import run_promoted
 from worker.inputs import Case
+from worker.reference import ReferenceRunner
 
 NUDGES = 2
 
@@ -47,11 +49,10 @@ def _changed(a: list[Any], b: list[Any]) -> list[torch.Tensor | None]:
     return out
 
 
-def infer_structure(definition: Definition, case: Case, seed: int) -> Structure:
-    """Coupled and contracted axes of `definition`'s reference on `case` (a small workload)."""
-    from worker.reference import Reference
-
-    fn = Reference.of(definition).run_fn
+def infer_structure(definition: Definition, case: Case, seed: int, reference: ReferenceRunner) -> Structure:
+    """Coupled and contracted axes of `definition`'s reference on `case` (a small workload); `reference` is the
+    audit's own, sandboxed for an uploaded definition (inputs are promoted here, then sent)."""
+    fn = reference.run_fn
     args = case.args(definition)
     try:
         base, _, _ = run_promoted(fn, args, torch.float64)

@@ -22,7 +22,7 @@ from worker.inputs import Case, build_case
 from worker.numerics.dtypes import to_torch
 from worker.probes.token_stats import LoadedTokenStats
 from worker.problem_spec import InputGenerator, ProbeSpec
-from worker.reference import Reference
+from worker.reference import ReferenceRunner
 from worker.text import text_token_ids
 
 
@@ -381,7 +381,7 @@ def generate_input(ctx: GenContext, spec: InputGenerator) -> Any:
 class ProbeSources:
     """What a probe may draw on besides its own generators: the benchmark's workloads and the user's ids."""
 
-    reference: Reference | None = None
+    reference: ReferenceRunner | None = None
     workloads: tuple[Workload, ...] = ()
     token_stats: LoadedTokenStats | None = None
 

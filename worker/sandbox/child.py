@@ -74,8 +74,24 @@ def op_load(state: HarnessState, payload: dict[str, Any]) -> dict[str, Any]:
     if not callable(fn):
         raise AttributeError(f"entry point '{payload['entry_function']}' is not a function in {payload['entry_file']}")
     state.fn = fn
+    state.module = module
     state.dps = bool(payload["dps"])
     return {"ok": True}
+
+
+def op_custom_inputs(state: HarnessState, payload: dict[str, Any]) -> dict[str, Any]:
+    """An uploaded definition's `custom_inputs_entrypoint`, called here like its reference: its inputs come back
+    as tensors only (the parent reads them weights-only)."""
+    if state.module is None:
+        raise RuntimeError("no module loaded")
+    fn = getattr(state.module, str(payload["entrypoint"]), None)
+    if not callable(fn):
+        raise AttributeError(f"custom inputs entry point '{payload['entrypoint']}' is not a function")
+    torch.manual_seed(int(payload["seed"]))
+    made = fn(dict(payload["axes_and_scalars"]), torch.device("cpu"))
+    if not isinstance(made, dict) or not all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in made.items()):
+        raise TypeError("custom inputs must be a dict of input name -> torch.Tensor")
+    return {"ok": True, "inputs": {k: _plain(v) for k, v in made.items()}}
 
 
 def _plain(t: Any, state: HarnessState | None = None) -> torch.Tensor:
@@ -157,6 +173,7 @@ OPS: dict[str, Callable[[HarnessState, dict[str, Any]], dict[str, Any]]] = {
     "warm": op_warm,
     "load": op_load,
     "call": op_call,
+    "custom_inputs": op_custom_inputs,
     "time": op_time,
     "canary_train": canary_ops.train,
 }

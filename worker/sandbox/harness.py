@@ -42,6 +42,8 @@ class HarnessState:
     def __init__(self, ops: dict[str, Callable[..., Any]] | None = None) -> None:
         self.device = torch.device("cpu")
         self.fn: Callable[..., Any] | None = None
+        # the loaded module, for ops that call another of its functions (an uploaded reference's custom inputs)
+        self.module: Any = None
         self.dps = True
         # set by 'hello' when the parent takes device outputs as exported CUDA memory (worker.sandbox.device_share)
         self.exporter: Any = None

@@ -333,7 +333,8 @@ def _spec(ctx: AuditContext) -> tuple[AuditSpec, GenericPlan | None]:
     problem = ctx.problem
     if problem.curated:
         return problem.spec, None
-    plan = derive_plan(problem.definition, problem.workloads(ctx.profile), ctx.profile, ctx.derive_seed(NAME, "plan"))
+    plan = derive_plan(problem.definition, problem.workloads(ctx.profile), ctx.profile, ctx.derive_seed(NAME, "plan"),
+                       ctx.reference)
     return plan.spec, plan
 
 
