@@ -106,7 +106,8 @@ def _from_stages(stages: dict[str, Row[Any]]) -> dict[str, Any]:
     bm = bench.metrics if bench is not None else {}
     kernel, ref = _finite(bm.get("kernel_median_ms")), _finite(bm.get("reference_median_ms"))
     speedup = _finite(bm.get("speedup")) or (ref / kernel if kernel and ref else None)
-    caught = list(vm.get("caught_by") or []) or [s.name for s in sorted(stages.values(), key=lambda r: r.position)
+    # the verdict's own list where it has one (failures only: an error is inconclusive, never a catch)
+    caught = list(vm.get("caught_by") or []) if "caught_by" in vm else [s.name for s in sorted(stages.values(), key=lambda r: r.position)
                                                    if s.name != "verdict" and s.status in FAILING]
     return dict(kernel_ms=kernel, reference_ms=ref, speedup=speedup, passes_benchmark=passes, numerically_sound=sound,
                 caught_by=caught[0] if caught else None,

@@ -146,6 +146,10 @@ def test_canary_passes_a_correct_kernel_through_the_engine(catalogue: Catalogue)
         # every gap within the floor: the CPU profile's nulls were not needed, so not trained (test_canary_lazy_nulls)
         assert len(held["gap"]) == len(CPU.checkpoints) and held["null_gaps"] == [] and not m["nulls_trained"]
     assert {f["bucket"] for f in ev["fidelity"]} >= {"1", "2-7"}
+    # the submission's training limit follows this host's measured speed, never below the profile's
+    t = m["timings"]
+    assert 1.0 <= t["host_slowdown"] <= 8.0
+    assert t["submission_timeout_s"] == pytest.approx(CPU.child_timeout_s * t["host_slowdown"], abs=2.0)
 
 
 @pytest.mark.slow

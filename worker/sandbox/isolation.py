@@ -32,10 +32,13 @@ import select
 import shutil
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from worker.sandbox.memory import child_limit_bytes
 
 Isolation = Literal["namespaces", "none"]
 
@@ -62,8 +65,10 @@ class IsolationPolicy(BaseModel):
     max_file_bytes: int = Field(2 * GiB, ge=1)
     max_cpu_seconds: int = Field(4 * 3600, ge=1)
     max_data_bytes: int | None = Field(
-        16 * GiB, description="RLIMIT_DATA (heap and private writable mappings); None: unlimited"
-    )
+        default_factory=child_limit_bytes,
+        description="RLIMIT_DATA (heap and private writable mappings), and the child's memory cgroup limit where "
+        "one can be made (worker.sandbox.memory); by default a share of this host's memory per concurrent child; "
+        "None: unlimited")
     tmp_bytes: int = Field(4 * GiB, ge=1 << 20, description="size of the private /tmp (HOME, Triton cache)")
 
 
@@ -146,8 +151,10 @@ def as_root() -> bool:
 
 
 def bwrap_argv(bwrap: str, uid: int, policy: IsolationPolicy, spill_host: Path, info_fd: int, device: str,
-               command: list[str]) -> list[str]:
-    """The full argv: bwrap's options, then (as root) setpriv dropping to `uid` (gid the same), then `command`."""
+               command: list[str], extra_ro: Sequence[Path] = ()) -> list[str]:
+    """The full argv: bwrap's options, then (as root) setpriv dropping to `uid` (gid the same), then `command`.
+
+    `extra_ro`: more host folders bound read-only at the same place (a build's toolchain: worker.build)."""
     argv = [bwrap, "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
             "--hostname", "localhost", "--die-with-parent", "--new-session", "--info-fd", str(info_fd)]
     if as_root():
@@ -168,7 +175,8 @@ def bwrap_argv(bwrap: str, uid: int, policy: IsolationPolicy, spill_host: Path, 
     argv += ["--perms", "1777", "--size", str(policy.tmp_bytes), "--tmpfs", "/tmp",
              "--perms", "0777" if as_root() else "0700", "--dir", WORK_DIR,
              "--bind", str(spill_host), f"{WORK_DIR}/{spill_host.name}"]
-    for root in _ro_roots(device):
+    extra = [p for p in extra_ro if p.exists() and p != Path("/")]
+    for root in _outermost([*_ro_roots(device), *extra]) if extra else _ro_roots(device):
         argv += _mkdirs(root.parent) + ["--ro-bind", str(root), str(root)]
     for name in _ETC:
         host = Path("/etc") / name

@@ -22,6 +22,7 @@ import torch
 from worker.formats import Solution
 from worker.sandbox import device_share, framing, isolation, spill
 from worker.sandbox.isolation import Isolation, IsolationPolicy, namespaces_available
+from worker.sandbox.memory import ChildCgroup, cgroup_note
 from worker.sandbox.output import OutputCapture
 
 # The only variables a submission's process sees. Database and broker URLs,
@@ -82,8 +83,10 @@ def scrubbed_env(home: Path, device: str = "cpu") -> dict[str, str]:
     return env
 
 
-def _child_setup(policy: IsolationPolicy | None) -> Callable[[], None]:
+def _child_setup(policy: IsolationPolicy | None, cgroup: ChildCgroup | None = None) -> Callable[[], None]:
     def setup() -> None:  # runs in the forked process before exec
+        if cgroup is not None:
+            cgroup.join()
         if sys.platform.startswith("linux"):
             # the child runs in its own session, so a parent killed outright (SIGKILL, OOM) could not
             # take it down: have the kernel kill it when the parent dies
@@ -137,6 +140,7 @@ class Sandbox:
         self._exporter: device_share.Exporter | None = None  # and large inputs' fds leave from here
         self._share_inputs_failed = False
         self._loaded: Solution | None = None
+        self._cgroup: ChildCgroup | None = None
 
     @property
     def isolation(self) -> Isolation:
@@ -149,6 +153,13 @@ class Sandbox:
         return self._ns.pid_namespace if self._ns else None
 
     # lifecycle -----------------------------------------------------------
+    @property
+    def memory_note(self) -> str:
+        """How this child's memory is bounded (the report's evidence)."""
+        if self._cgroup is None:
+            return "RLIMIT_DATA only" if self._isolation == "namespaces" else "no memory limit (isolation 'none')"
+        return f"{self.policy.max_data_bytes or 0} bytes: {cgroup_note(self._cgroup)}"
+
     def start(self) -> None:
         # a neutral name: with isolation "none" the child sees this folder as its HOME
         if self._isolation == "namespaces" and isolation.bwrap_binary() is None:
@@ -187,6 +198,8 @@ class Sandbox:
         else:
             home = host
             extra_env = {}
+        if self._isolation == "namespaces" and self.policy.max_data_bytes is not None:
+            self._cgroup = ChildCgroup(self.policy.max_data_bytes)
         self._output = OutputCapture()
         stderr = self._output.write_fd
         try:
@@ -199,7 +212,7 @@ class Sandbox:
                 stderr=stderr,
                 pass_fds=fds,
                 start_new_session=True,
-                preexec_fn=_child_setup(self.policy if self._isolation == "namespaces" else None),
+                preexec_fn=_child_setup(self.policy if self._isolation == "namespaces" else None, self._cgroup),
             )
         finally:
             self._output.child_started()
@@ -255,6 +268,9 @@ class Sandbox:
         if self._tmp is not None:
             self._tmp.cleanup()
             self._tmp = None
+        if self._cgroup is not None:
+            self._cgroup.close()
+            self._cgroup = None
         self._loaded = None
 
     def _kill(self) -> None:

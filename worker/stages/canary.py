@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from worker.canary import checkpoint_wire, judge, parent_cache
+from worker.canary import checkpoint_wire, judge, parent_cache, speed
 from worker.canary.binding import CanaryUnsupported, Kernel, OpBinding, bind
 from worker.canary.data import canary_text
 from worker.canary.model import init_state
@@ -45,7 +45,7 @@ RULE = (
 
 def run(ctx: AuditContext, profile: CanaryProfile | None = None) -> StageResult:
     spec = ctx.problem.spec.canary
-    if ctx.profile == "cpu" and ctx.solution.spec.language == "triton":
+    if ctx.profile == "cpu" and "triton" in ctx.solution.spec.languages:
         return StageResult(name=NAME, status=StageStatus.skipped, summary=(
             "not run on the CPU for a Triton kernel: under Triton's interpreter the canary's training takes 73-355 s, "
             "past its budget; audit on a GPU worker for the canary"))
@@ -112,6 +112,14 @@ def _run(ctx: AuditContext, p: CanaryProfile, binding: OpBinding) -> StageResult
     hit = cache_key is not None and parent_cache.has(cache_dir(), cache_key)
     child_threads = (2 * p.threads if hit and widen is not None else p.threads) or 0
     timings["submission_threads"] = child_threads
+    # on the CPU the submission's training limit follows how fast this host is right now (worker.canary.speed): a
+    # correct kernel on a busy host must not end inconclusive for the auditor's own reasons
+    child_timeout_s = p.child_timeout_s
+    if torch.device(device).type == "cpu":
+        factor = speed.slowdown()
+        child_timeout_s = round(p.child_timeout_s * factor, 1)
+        timings["host_slowdown"] = round(factor, 2)
+    timings["submission_timeout_s"] = child_timeout_s
 
     def parent_runs() -> dict[Optimizer, dict[str, Any]]:
         if cache_key is not None:
@@ -175,7 +183,7 @@ def _run(ctx: AuditContext, p: CanaryProfile, binding: OpBinding) -> StageResult
             {"profile": p.model_dump(mode="json"), "binding": binding.model_dump(mode="json"), "init": init,
              "batches": batches, "optimizers": list(p.optimizers), "checkpoints": steps, "seed": seed,
              "threads": child_threads},
-            timeout_s=p.child_timeout_s,
+            timeout_s=child_timeout_s,
         )
         return reply, time.perf_counter() - t
 

@@ -23,23 +23,32 @@ def judge(stages: list[StageResult]) -> StageResult:
         ran = [s.name for s in stages if s.status is StageStatus.passed]
         summary = "pass: " + ", ".join(ran) + " passed"
         status = StageStatus.passed
-    else:
+    elif verdict is Verdict.fail:
         first = bad[0]
         diag = [d for s in bad for d in s.metrics.get("diagnosis", [])]
-        summary = f"{verdict.value}: caught by {first.name}: {first.summary}"
+        summary = f"fail: caught by {first.name}: {first.summary}"
         if diag:
             summary += f" | diagnosis: {diag[0]}"
         unjudged = [s.name for s in bad if s.status is StageStatus.error]
-        if verdict is Verdict.fail and unjudged:
+        if unjudged:
             summary += f" | not judged (auditor error): {', '.join(unjudged)}"
-        status = StageStatus.failed if verdict is Verdict.fail else StageStatus.error
+        status = StageStatus.failed
+    else:
+        # the auditor's own limit or fault: never phrased as a catch, and the submitter is told what to do
+        first = bad[0]
+        summary = (f"error: inconclusive in {first.name}, not counted against the kernel; retry the audit "
+                   f"(resubmit the same files): {first.summary}")
+        status = StageStatus.error
     return StageResult(
         name=NAME,
         status=status,
         summary=summary,
         metrics={
             "verdict": verdict.value,
-            "caught_by": [s.name for s in bad],
+            # the stages that judged the kernel wrong; an error verdict has none (inconclusive lists those)
+            "caught_by": [s.name for s in bad if s.status is StageStatus.failed],
+            "inconclusive": [s.name for s in bad if s.status is StageStatus.error],
+            "retry": verdict is Verdict.error,
             # the benchmark's own judgement, and ours, reported separately (None: that stage did not run)
             "passes_benchmark": _ran_and_passed(stages, "benchmark"),
             "numerically_sound": _ran_and_passed(stages, "probes"),
