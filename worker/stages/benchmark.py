@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import io
 import math
+from datetime import UTC, datetime
 import random
 import time
 from typing import Any
@@ -40,6 +41,7 @@ from worker.numerics.tolerance import OutputComparison, compare_output
 from worker.problem_spec import Tolerance
 from worker.sandbox import Sandbox, SandboxError
 from worker.stages.result import StageResult, StageStatus
+from worker.traces import environment_of
 
 NAME = "benchmark"
 ROUNDS = 10
@@ -77,10 +79,14 @@ def reference_outputs(ctx: AuditContext, args: list[Any]) -> list[torch.Tensor]:
 
 
 class _Failure(Exception):
-    def __init__(self, summary: str, status: StageStatus = StageStatus.failed, **evidence: Any) -> None:
+    """`official`: the status SOL-ExecBench's own evaluator would record for the workload (worker.traces)."""
+
+    def __init__(self, summary: str, status: StageStatus = StageStatus.failed, *, official: str = "RUNTIME_ERROR",
+                 **evidence: Any) -> None:
         super().__init__(summary)
         self.summary = summary
         self.status = status
+        self.official = official
         self.evidence = evidence
 
 
@@ -96,7 +102,9 @@ def _request(sb: Sandbox, ctx: AuditContext, op: str, payload: dict[str, Any], w
         reply = sb.request(op, payload)
     except SandboxError as err:
         status = StageStatus.error if err.kind in ("sandbox", "out_of_memory") else StageStatus.failed
-        raise _Failure(f"{where}: the kernel failed ({err.kind}): {err}", status, log=err.log[-2000:]) from err
+        official = "TIMEOUT" if err.kind == "timeout" else "RUNTIME_ERROR"
+        raise _Failure(f"{where}: the kernel failed ({err.kind}): {err}", status, official=official,
+                       log=err.log[-2000:]) from err
     if not liveness:  # the caller checks later, outside the window it times
         return reply
     try:
@@ -123,6 +131,15 @@ class _WorkloadStats(BaseModel):
             self.min_match_fraction = min(self.min_match_fraction, c.match_fraction)
 
 
+def _official_of(out: Any, ref: torch.Tensor, dtype: str) -> str:
+    """The status SOL-ExecBench records for an output that fails the comparison."""
+    if not isinstance(out, torch.Tensor) or tuple(out.shape) != tuple(ref.shape):
+        return "INCORRECT_SHAPE"
+    if out.dtype != to_torch(dtype):
+        return "INCORRECT_DTYPE"
+    return "INCORRECT_NUMERICAL"
+
+
 def _check_round(
     definition: Definition, case: Case, reply: dict[str, Any], ref: list[torch.Tensor], tol: Tolerance, where: str
 ) -> list[OutputComparison]:
@@ -130,22 +147,25 @@ def _check_round(
     names = list(definition.outputs)
     if not isinstance(outs, list) or len(outs) != len(names):
         n = len(outs) if isinstance(outs, list) else 0
-        raise _Failure(f"{where}: the kernel gave {n} output(s), the definition has {len(names)} ({names})")
+        raise _Failure(f"{where}: the kernel gave {n} output(s), the definition has {len(names)} ({names})",
+                       official="INCORRECT_SHAPE")
     exact = reply.get("exact_tensor_types", [True] * len(outs))
     subclassed = [n for n, e in zip(names, exact) if not e]
     if subclassed:
         raise _Failure(
             f"{where}: output(s) {subclassed} came back as a torch.Tensor subclass; results must be plain tensors "
-            "(a subclass can defer its work into the checker, outside the timed region)"
+            "(a subclass can defer its work into the checker, outside the timed region)", official="REWARD_HACK"
         )
     if len(ref) != len(names):
-        raise _Failure(f"{where}: the reference gave {len(ref)} outputs for {len(names)} declared", StageStatus.error)
+        raise _Failure(f"{where}: the reference gave {len(ref)} outputs for {len(names)} declared", StageStatus.error,
+                       official="INVALID_REFERENCE")
     comparisons = []
     for name, out, r in zip(names, outs, ref):
         c = compare_output(name, out, r, to_torch(definition.outputs[name].dtype), tol)
         comparisons.append(c)
         if not c.ok:
-            raise _Failure(f"{where}: {c.reason}", comparison=c.model_dump())
+            raise _Failure(f"{where}: {c.reason}", official=_official_of(out, r, definition.outputs[name].dtype),
+                           comparison=c.model_dump())
     return comparisons
 
 
@@ -192,17 +212,22 @@ def run(ctx: AuditContext) -> StageResult:
     problem, definition = ctx.problem, ctx.problem.definition
     workloads = problem.workloads(ctx.profile)
     seeds: dict[str, list[int]] = {w.uuid: [] for w in workloads}
-    evidence: dict[str, Any] = {"seeds": seeds, "workload_uuids": [w.uuid for w in workloads], "rounds": ROUNDS}
+    evidence: dict[str, Any] = {"seeds": seeds, "workload_uuids": [w.uuid for w in workloads], "rounds": ROUNDS,
+                                # what a SOL-ExecBench trace records of where and when (worker.traces)
+                                "environment": environment_of(ctx.device).model_dump(),
+                                "evaluated_at": datetime.now(UTC).isoformat(timespec="seconds")}
     stats: dict[str, _WorkloadStats] = {w.uuid: _WorkloadStats() for w in workloads}
     metrics: dict[str, Any] = {"rounds": ROUNDS, "workloads": stats, "passes_benchmark": False}
     if not workloads:
         return StageResult(name=NAME, status=StageStatus.error, summary=f"no {ctx.profile} workloads for {problem.name}")
     mutated: set[str] = set()
     remote = ctx.makes_inputs_in_child
-    sb = ctx.sandbox()
+    current = workloads[0].uuid
     try:
+        sb = ctx.sandbox()
         tols = {w.uuid: tolerance_for(problem, w) for w in workloads}
         for w in workloads:
+            current = w.uuid
             for r in range(ROUNDS):
                 where = f"workload {w.uuid}, round {r + 1}/{ROUNDS}"
                 ctx.progress(f"benchmark: {where}")
@@ -226,8 +251,11 @@ def run(ctx: AuditContext) -> StageResult:
                 for c in _check_round(definition, case, reply, ref, tols[w.uuid], where):
                     stats[w.uuid].add(c)
                 stats[w.uuid].rounds_passed += 1
+        current = timing_workload(problem, ctx.profile).uuid
         timing = _time(ctx, sb, metrics, evidence)
     except _Failure as f:
+        # what SOL-ExecBench would record: the workloads before this one passed, this one failed so (worker.traces)
+        metrics["official"] = {"workload": current, "status": f.official}
         metrics["inputs_mutated"] = sorted(mutated)
         evidence.update(f.evidence)
         return StageResult(
@@ -297,7 +325,8 @@ def _time(ctx: AuditContext, sb: Sandbox, metrics: dict[str, Any], evidence: dic
     _request(sb, ctx, "hello", {"device": ctx.device}, where)  # the process that answered is still there
     timing.update(clock=kernel.clock, reps=len(kernel.times_ms), tampered=tampered)
     if tampered:
-        raise _Failure(f"{where}: the submission replaced timer/checker functions {tampered}; its timing is not trusted")
+        raise _Failure(f"{where}: the submission replaced timer/checker functions {tampered}; its timing is not trusted",
+                       official="REWARD_HACK")
     floor = bandwidth_floor_ms(case_bytes + out_bytes, ctx.device)
     timing["bandwidth_floor_ms"] = floor
     if floor is not None and kernel.median_ms < floor:
