@@ -138,8 +138,12 @@ def load_problem(folder: Path) -> Problem:
         unknown = set(w.inputs) - set(definition.inputs)
         if unknown:
             raise FormatError(str(folder), [f"workload {w.uuid}: inputs {sorted(unknown)} not in the definition"])
+    # an imported dataset's reference is third-party code until reviewed (worker.dataset_import)
+    from worker.dataset_import import provenance_of
+
+    provenance = provenance_of(folder)
     return Problem(folder=folder, definition=definition, workloads_gpu=gpu, workloads_cpu=cpu, spec=spec,
-                   curated=spec_path.exists())
+                   curated=spec_path.exists(), reference_trusted=provenance is None or provenance.reviewed)
 
 
 @dataclass(frozen=True)

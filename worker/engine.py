@@ -12,6 +12,7 @@ from worker.budget import AuditBudget, KernelFault
 from worker.catalogue import Problem
 from worker.context import AuditContext, Progress
 from worker.formats import Solution
+from worker.inputs import MissingInputFile
 from worker.numerics import gpu_memory
 from worker.sandbox import Isolation, SandboxError
 from worker.sandbox.pool import SandboxPool
@@ -64,6 +65,8 @@ def run_stage(name: str, ctx: AuditContext) -> StageResult:
                      else f"inconclusive: {err}; not counted against the kernel"),
             evidence={"log": err.log[-2000:]},
         )
+    except MissingInputFile as err:  # the problem's data, not the kernel nor the auditor: say which file
+        result = StageResult(name=name, status=StageStatus.error, summary=str(err))
     except Exception as err:  # noqa: BLE001 - a stage bug is an error verdict, not a crash of the audit
         if isinstance(err, ctx.interrupts):
             raise

@@ -82,6 +82,10 @@ class Case:
         ]
 
 
+class MissingInputFile(FileNotFoundError):
+    """A workload names a safetensors file that is not there."""
+
+
 def input_seed(seed: int, name: str) -> int:
     """Each random input's own seed, so that any one can be made alone, on either side."""
     return int.from_bytes(hashlib.sha256(f"{seed}:{name}".encode()).digest()[:8], "big") >> 2
@@ -118,6 +122,9 @@ def build_case(
             path = Path(w.path)  # type: ignore[union-attr]
             if folder is not None and not path.is_absolute():
                 path = folder / path
+            if not path.is_file():
+                raise MissingInputFile(f"missing input file '{w.path}' for input '{name}' of workload "  # type: ignore[union-attr]
+                                       f"{workload.uuid}: the problem's data is incomplete (not the kernel's fault)")
             inputs[name] = load_file(str(path))[w.tensor_key]  # type: ignore[union-attr]
         else:
             if spec.is_scalar:
