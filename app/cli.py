@@ -47,7 +47,10 @@ def _usage_error(console: Console, message: str) -> typer.Exit:
 
 
 def read_submission(path: Path, definition: str | None, catalogue: Catalogue | None) -> Solution:
-    """A solution.json, a folder holding one, or a single .py file with --definition (catalogue None: any definition)."""
+    """A solution.json, a folder holding one, or a single .py file with --definition (catalogue None: any definition).
+
+    --definition picks the definition by its name; the file's own `definition` field need not agree (SOL-ExecBench
+    runs a solution against whatever definition it is given and never compares them), and the report notes it."""
     if path.is_dir():
         path = path / "solution.json"
     if path.suffix == ".py":
@@ -56,8 +59,8 @@ def read_submission(path: Path, definition: str | None, catalogue: Catalogue | N
         solution = solution_from_python_file(path, definition)
     else:
         solution = load_solution(path)
-        if definition and definition != solution.definition:
-            raise FormatError(str(path), [f"definition: the file says '{solution.definition}', --definition says '{definition}'"])
+        if definition:
+            solution = solution.for_definition(definition, "named by --definition")
     if catalogue is not None and solution.definition not in catalogue:
         raise FormatError(str(path), [f"definition: unknown definition '{solution.definition}'; known: {', '.join(sorted(catalogue.problems))}"])
     return solution
@@ -124,10 +127,9 @@ def audit(
     try:
         if problem_dir is not None:
             own = load_problem(problem_dir)
+            # the folder's name is not looked at: the problem is the definition it holds, known by that name
             solution = read_submission(path, definition or own.name, None)
-            if solution.definition != own.name:
-                raise FormatError(str(path), [f"definition: the solution names '{solution.definition}', "
-                                              f"--problem-dir holds '{own.name}'"])
+            solution = solution.for_definition(own.name, f"the definition in --problem-dir {problem_dir}")
             problem = own
         else:
             catalogue = load_catalogue()
@@ -135,6 +137,11 @@ def audit(
             problem = catalogue.get(solution.definition)
     except (FormatError, OSError) as e:
         raise _usage_error(err, str(e)) from e
+    if solution.spec.needs_gpu and not device.startswith("cuda"):  # refused before anything is loaded or run
+        raise _usage_error(err, (
+            f"spec.languages {list(solution.spec.languages)}: {', '.join(solution.spec.gpu_languages)} run only on an "
+            f"NVIDIA GPU (CUDA), but this audit's devices are: {device} (--device); use --device cuda on a machine "
+            "with one, or audit a pytorch or triton solution"))
     problem = problem.with_token_stats(stats)
     with err.status(f"auditing {solution.name}") as status:
         report = run_audit(

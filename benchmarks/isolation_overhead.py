@@ -30,7 +30,7 @@ from worker.sandbox import isolation as isolation_mod  # noqa: E402
 TARGET_S = 0.5
 SOLUTION = Solution.model_validate({
     "name": "identity", "definition": "identity",
-    "spec": {"language": "python", "entry_point": "k.py::run", "destination_passing_style": False},
+    "spec": {"languages": ["pytorch"], "entry_point": "k.py::run", "destination_passing_style": False},
     "sources": [{"path": "k.py", "content": "def run(x):\n    return x.clone()\n"}],
 })
 

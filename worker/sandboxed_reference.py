@@ -25,7 +25,7 @@ def reference_as_solution(definition: Definition) -> Solution:
         name=f"reference of {definition.name}",
         definition=definition.name,
         author="uploader",
-        spec=SolutionSpec(language="python", entry_point=f"{REFERENCE_FILE}::run", destination_passing_style=False),
+        spec=SolutionSpec(languages=["pytorch"], entry_point=f"{REFERENCE_FILE}::run", destination_passing_style=False),
         sources=[SourceFile(path=REFERENCE_FILE, content=definition.reference)],
     )
 

@@ -148,7 +148,7 @@ def solution_from_upload(filename: str, content: bytes, definition: str, entry_f
         "definition": definition,
         "author": "",
         "description": f"single-file upload of {filename}",
-        "spec": {"language": "triton" if ("import triton" in text or "from triton" in text) else "python",
+        "spec": {"languages": ["triton" if ("import triton" in text or "from triton" in text) else "pytorch"],
                  "entry_point": f"{filename}::{entry_function}", "destination_passing_style": destination_passing_style},
         "sources": [{"path": filename, "content": text}],
     }

@@ -176,7 +176,7 @@ def test_reaudit_is_admin_only_and_makes_a_new_attempt(api) -> None:  # type: ig
 def test_submissions_are_routed_by_target_hardware(api) -> None:  # type: ignore[no-untyped-def]
     client, keys, settings = api
     gpu_only = example("triton_bf16_atomic")
-    assert gpu_only["spec"]["target_hardware"] == ["cuda"]
+    assert gpu_only["spec"]["target_hardware"] == ["B200"]
     # a CPU-only deployment refuses a GPU-only kernel up front, naming the field, and stores nothing
     r = client.post("/v1/submissions", json=gpu_only, headers=auth(keys["alice"]))
     assert r.status_code == 422, r.text

@@ -227,7 +227,7 @@ def test_every_new_folder_is_complete_and_uncurated_except_the_listed_ones(catal
         examples = p.example_solutions()
         assert {good, *bads, *MORE_CORRECT.get(name, ())} == set(examples), name
         for sol_name, sol in examples.items():
-            assert sol.definition == name and sol.spec.language in ("python", "triton"), (name, sol_name)
+            assert sol.definition == name and sol.spec.languages in (["pytorch"], ["triton"]), (name, sol_name)
         for bad in bads:
             assert (name, bad) in KNOWN_BAD, f"benchmarks/expectations.py has no entry for {name}/{bad}"
 

@@ -84,7 +84,7 @@ def test_invalid_definition_names_the_field(tmp_path: Path, overrides: dict, nee
 def _solution(**overrides: object) -> dict:
     s = {
         "name": "s", "definition": "toy", "author": "a",
-        "spec": {"language": "python", "target_hardware": ["cpu"], "entry_point": "k.py::run"},
+        "spec": {"languages": ["pytorch"], "target_hardware": ["LOCAL"], "entry_point": "k.py::run"},
         "sources": [{"path": "k.py", "content": "def run(x, eps, y):\n    pass\n"}],
     }
     s.update(overrides)
@@ -94,8 +94,8 @@ def _solution(**overrides: object) -> dict:
 @pytest.mark.parametrize(
     ("overrides", "needle"),
     [
-        ({"spec": {"language": "python", "entry_point": "k.py:run"}}, "spec.entry_point"),
-        ({"spec": {"language": "python", "entry_point": "other.py::run"}}, "file 'other.py' is not among sources"),
+        ({"spec": {"languages": ["pytorch"], "entry_point": "k.py:run"}}, "spec.entry_point"),
+        ({"spec": {"languages": ["pytorch"], "entry_point": "other.py::run"}}, "file 'other.py' is not among sources"),
         ({"spec": {"language": "rust", "entry_point": "k.py::run"}}, "spec.language"),
         ({"sources": [{"path": "../evil.py", "content": ""}]}, "sources.0.path"),
         ({"sources": []}, "sources"),
@@ -131,7 +131,11 @@ def test_python_file_shorthand(tmp_path: Path) -> None:
     f = tmp_path / "my_kernel.py"
     f.write_text("import triton\n\ndef run(x, eps, y):\n    y.copy_(x)\n")
     s = solution_from_python_file(f, "toy")
-    assert s.definition == "toy" and s.spec.language == "triton" and s.spec.entry_point == "my_kernel.py::run"
+    assert s.definition == "toy" and s.spec.languages == ["triton"] and s.spec.entry_point == "my_kernel.py::run"
+    assert s.compat_notes == []  # the shorthand writes the official form
+    plain = tmp_path / "plain.py"
+    plain.write_text("import torch\n\ndef run(x, eps, y):\n    y.copy_(x)\n")
+    assert solution_from_python_file(plain, "toy").spec.languages == ["pytorch"]
     with pytest.raises(FormatError, match="cannot read"):
         solution_from_python_file(tmp_path / "missing.py", "toy")
 

@@ -10,7 +10,7 @@ import pytest
 
 from worker.catalogue import load_catalogue
 from worker.context import AuditContext
-from worker.formats import Solution, SolutionSpec, SourceFile
+from worker.formats import Language, Solution, SolutionSpec, SourceFile
 from worker.stages import static
 from worker.stages.result import StageStatus
 from worker.static.kernelguard_rules import KERNELGUARD_VERSION, scan_solution_with_kernelguard
@@ -21,12 +21,13 @@ CATALOGUE = load_catalogue()
 EXAMPLES = [(p.name, n, s) for p in CATALOGUE for n, s in p.example_solutions().items()]
 
 
-def _rules(src: str, entry: str | None = "run", language: str = "python") -> dict[str, str]:
-    return {f.rule: f.severity for f in scan_source("k.py", src, entry, language)}
+def _rules(src: str, entry: str | None = "run", languages: list[Language] | None = None) -> dict[str, str]:
+    return {f.rule: f.severity for f in scan_source("k.py", src, entry, languages or ["pytorch"])}
 
 
-def _solution(sources: dict[str, str], language: str = "python", dps: bool = True) -> Solution:
-    spec = SolutionSpec(language=language, entry_point=f"{next(iter(sources))}::run", destination_passing_style=dps)
+def _solution(sources: dict[str, str], languages: list[Language] | None = None, dps: bool = True) -> Solution:
+    spec = SolutionSpec(languages=languages or ["pytorch"], entry_point=f"{next(iter(sources))}::run",
+                        destination_passing_style=dps)
     return Solution(name="s", definition="embedding_backward", spec=spec,
                     sources=[SourceFile(path=p, content=c) for p, c in sources.items()])
 
@@ -203,7 +204,7 @@ def test_findings_name_file_line_and_rule() -> None:
 
 def test_stage_fails_on_any_fail_rule_and_reports_warnings() -> None:
     problem = CATALOGUE.get("embedding_backward")
-    spec = SolutionSpec(language="python", entry_point="kernel.py::run")
+    spec = SolutionSpec(languages=["pytorch"], entry_point="kernel.py::run")
     helper = "import torch\n\ndef cast(x):\n    return x.bfloat16()\n"
     bad = "import time\nfrom helper import cast\n\ndef run(i, g, n, p, out):\n    out.copy_(cast(g))\n\ntime.time = lambda: 0.0\n"
     sol = Solution(
@@ -234,11 +235,14 @@ def test_unparseable_python_fails_and_other_files_warn() -> None:
 
 def test_native_builds_warn_for_cuda_and_cpp_solutions_and_fail_elsewhere() -> None:
     src = "from torch.utils.cpp_extension import load_inline\nm = load_inline('k', cpp_sources='int f();', cuda_sources='')\n"
-    for language in ("cuda", "cpp"):
-        assert _rules(src, language=language) == {"native-extension": "warn"}
-    assert _rules(src, language="triton") == {"foreign-code": "fail"}
+    for cpp in ("cuda_cpp", "cutlass", "cudnn", "cublas"):
+        assert _rules(src, languages=[cpp]) == {"native-extension": "warn"}
+    for python in ("pytorch", "triton", "cute_dsl", "cutile", "cudnn_frontend"):
+        assert _rules(src, languages=[python]) == {"foreign-code": "fail"}, python
+    with pytest.raises(TypeError, match="not the string"):  # a bare string would match no language at all
+        scan_source("k.py", src, None, "cuda_cpp")  # type: ignore[arg-type]
     fed_data = "import torch.utils.cpp_extension as ext\nm = ext.load('k', sources=['kernel.cu', 'blob.txt'])\n"
-    assert _rules(fed_data, language="cuda")["foreign-code"] == "fail"
+    assert _rules(fed_data, languages=["cuda_cpp"])["foreign-code"] == "fail"
 
 
 def test_shipped_binaries_fail_and_text_sources_only_warn() -> None:
@@ -290,3 +294,31 @@ def test_scanning_never_runs_the_submission(tmp_path: Path) -> None:
     problem = CATALOGUE.get("embedding_backward")
     static.run(AuditContext(problem=problem, solution=_solution({"kernel.py": src})))
     assert not marker.exists()
+
+
+def test_the_scan_reads_exactly_the_paths_the_sandbox_writes() -> None:
+    """Sources `k.py` (clean) and `k.py/` (a timer patch): the model refuses the pair, and a Solution built without
+    validation (model_construct) still cannot make the scan read one file while the sandbox writes another."""
+    problem = CATALOGUE.get("embedding_backward")
+    clean = "import torch\n\ndef run(i, g, n, p, out):\n    out.zero_()\n"
+    evil = "import time\ntime.perf_counter = lambda: 0.0\n"
+    for alias in ("k.py/", "./k.py"):
+        spec = SolutionSpec(languages=["pytorch"], entry_point="k.py::run")
+        forged = Solution.model_construct(name="alias", definition=problem.name, author="", description="", spec=spec,
+                                          sources=[SourceFile(path="k.py", content=clean),
+                                                   SourceFile.model_construct(path=alias, content=evil)],
+                                          compat_notes=[])
+        result = static.run(AuditContext(problem=problem, solution=forged))
+        assert result.status is StageStatus.failed and "path-alias" in result.metrics["fail_rules"], result.summary
+        assert f"{alias!r}" in result.summary
+    twice = Solution.model_construct(name="twice", definition=problem.name, author="", description="",
+                                     spec=SolutionSpec(languages=["pytorch"], entry_point="k.py::run"),
+                                     sources=[SourceFile(path="k.py", content=clean), SourceFile(path="k.py", content=evil)],
+                                     compat_notes=[])
+    result = static.run(AuditContext(problem=problem, solution=twice))
+    assert result.status is StageStatus.failed and "is given twice" in result.summary
+    # a valid multi-file solution: the scan's paths are the sandbox's, one each
+    good = _solution({"kernel.py": clean, "pkg/helper.py": "def h():\n    return 1\n"})
+    result = static.run(AuditContext(problem=problem, solution=good))
+    assert result.evidence["paths"] == ["kernel.py", "pkg/helper.py"]
+    assert {f["file"] for f in result.evidence["findings"]} <= {"kernel.py", "pkg/helper.py"}

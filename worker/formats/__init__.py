@@ -8,19 +8,35 @@ from worker.formats.loaders import (
     load_workloads,
     solution_from_python_file,
 )
-from worker.formats.solution import Solution, SolutionSpec, SourceFile
+from worker.formats.hardware import DeviceKind, device_kinds
+from worker.formats.languages import (
+    CPP_LANGUAGES,
+    GPU_ONLY_LANGUAGES,
+    LANGUAGES,
+    PYTHON_LANGUAGES,
+    Language,
+)
+from worker.formats.solution import CompileOptions, Solution, SolutionSpec, SourceFile
 from worker.formats.workload import Workload, WorkloadInput
 
 __all__ = [
+    "CPP_LANGUAGES",
+    "GPU_ONLY_LANGUAGES",
+    "LANGUAGES",
+    "PYTHON_LANGUAGES",
     "Axis",
+    "CompileOptions",
+    "DeviceKind",
     "Definition",
     "FormatError",
     "Solution",
     "SolutionSpec",
     "SourceFile",
+    "Language",
     "TensorSpec",
     "Workload",
     "WorkloadInput",
+    "device_kinds",
     "load_definition",
     "load_solution",
     "load_workloads",

@@ -1,5 +1,5 @@
-"""The cheap checks of a solution against its definition, from its source text alone (no import, no torch):
-the entry file parses, the entry point is defined at its top level, and takes as many positional arguments as
+"""The cheap checks of a Python-loaded solution against its definition, from its source text alone (no import, no
+torch): the entry file parses, the entry point is defined at its top level, and takes as many positional arguments as
 the definition passes. Intake runs them before importing the solution; the API answers them at POST time."""
 
 from __future__ import annotations
@@ -20,6 +20,8 @@ class EntryProblem:
 def check_entry(solution: Solution, inputs: Sequence[str], outputs: Sequence[str]) -> list[EntryProblem]:
     """What is wrong with the solution's entry point for a definition with these inputs and outputs (in order)."""
     spec = solution.spec
+    if not spec.is_python:  # a C++ entry point names what the built extension exports: only the build can tell
+        return []
     index = next(i for i, s in enumerate(solution.sources) if s.path == spec.entry_file)
     try:
         tree = ast.parse(solution.sources[index].content)

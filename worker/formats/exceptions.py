@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from pydantic import ValidationError
 
 
@@ -25,10 +27,21 @@ def plain_reason(msg: str) -> str:
     return msg
 
 
+_FIELD_PATH = re.compile(r"[A-Za-z_][\w.]*")
+
+
 def describe_validation_error(err: ValidationError) -> list[str]:
-    """Turn pydantic's errors into 'field.path: what was expected' lines."""
+    """Turn pydantic's errors into 'field.path: what was expected' lines.
+
+    A model validator that names a field deeper than where it runs ("spec.languages: ..." raised on `spec`) is
+    reported at that field, so the API's error names it too."""
     lines = []
     for e in err.errors():
         loc = ".".join(str(p) for p in e["loc"]) or "(root)"
-        lines.append(f"{loc}: {plain_reason(e['msg'])}")
+        reason = plain_reason(e["msg"])
+        head, sep, _ = reason.partition(": ")
+        if sep and loc != "(root)" and head.startswith(loc + ".") and _FIELD_PATH.fullmatch(head):
+            lines.append(reason)
+        else:
+            lines.append(f"{loc}: {reason}")
     return lines

@@ -62,7 +62,7 @@ def load_workloads(path: Path) -> list[Workload]:
 
 def solution_from_python_file(path: Path, definition: str, *, destination_passing_style: bool = True,
                               entry_function: str = "run") -> Solution:
-    """The shorthand: a single .py file with a `run` function is a python solution."""
+    """The shorthand: a single .py file with a `run` function is a pytorch solution (triton if it imports triton)."""
     try:
         content = path.read_text()
     except (OSError, UnicodeDecodeError) as err:
@@ -76,7 +76,7 @@ def solution_from_python_file(path: Path, definition: str, *, destination_passin
             author="",
             description=f"single-file shorthand for {path.name}",
             spec=SolutionSpec(
-                language="triton" if uses_triton else "python",
+                languages=["triton" if uses_triton else "pytorch"],
                 entry_point=f"{path.name}::{entry_function}",
                 destination_passing_style=destination_passing_style,
             ),

@@ -17,7 +17,7 @@ import sys
 import time
 import traceback
 from collections.abc import Callable
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import torch
@@ -57,10 +57,19 @@ def op_warm(state: HarnessState, payload: dict[str, Any]) -> dict[str, Any]:
 
 def op_load(state: HarnessState, payload: dict[str, Any]) -> dict[str, Any]:
     root = Path.cwd() / "solution"
+    written: set[Path] = set()
     for src in payload["sources"]:
-        target = (root / src["path"]).resolve()
+        path = src["path"]
+        # the parent sends the canonical paths the static stage scanned; any other spelling ('k.py/', './k.py')
+        # or a second file at one path would write over a scanned file, so it is refused rather than written
+        if not isinstance(path, str) or not path or str(PurePosixPath(path)) != path or path.startswith("/") or "\\" in path:
+            raise ValueError(f"source path is not in canonical form: {path!r}")
+        target = (root / path).resolve()
         if root.resolve() not in target.parents:
-            raise ValueError(f"source path escapes the solution folder: {src['path']}")
+            raise ValueError(f"source path escapes the solution folder: {path}")
+        if target in written:
+            raise ValueError(f"two sources name one file: {path}")
+        written.add(target)
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(src["content"])
     sys.path.insert(0, str(root))

@@ -52,6 +52,8 @@ def run(ctx: AuditContext) -> StageResult:
         "warn_rules": list(_iter_rules(findings, "warn")),
     }
     evidence = {
+        # exactly the paths the sandbox writes (canonical, distinct: worker.formats.solution.check_source_path)
+        "paths": [s.path for s in ctx.solution.sources],
         "findings": [f.model_dump() for f in findings],
         "rules": {r.id: r.severity for r in ALL_RULES},
         "rule_sources": {"kaudit": "worker/static", "kernelguard": KERNELGUARD_VERSION},

@@ -3,16 +3,18 @@
 A static scan only protects what it reads. A shipped `.so`, a pickle, a `.txt` exec'd or a module loaded
 from a data file runs code the scan never saw, so all of them fail (rule foreign-code).
 
-Native builds (`torch.utils.cpp_extension.load` / `load_inline`) are how SOL-ExecBench's `cuda` and `cpp`
-solutions are built, so for those languages they only warn (rule native-extension): their C++/CUDA sources
-are in the submission for a reviewer, and the benchmark and probes stages still judge what they compute.
-A `python` or `triton` solution that builds native code hides work behind a language it did not declare,
-so there it fails (foreign-code), as does a native build fed a file that is not C/C++/CUDA source.
+Native builds (`torch.utils.cpp_extension.load` / `load_inline`) are how SOL-ExecBench's compiled C++
+languages (cuda_cpp, cutlass, cudnn, cublas) are built, so for those they only warn (rule native-extension):
+their C++/CUDA sources are in the submission for a reviewer, and the benchmark and probes stages still judge
+what they compute. A Python-loaded solution (pytorch, triton, cute_dsl, cutile, cudnn_frontend) that builds
+native code hides work behind languages it did not declare, so there it fails (foreign-code), as does a native
+build fed a file that is not C/C++/CUDA source.
 """
 
 from __future__ import annotations
 
 import ast
+from collections.abc import Collection
 
 from worker.static.names import call_leaf
 from worker.static.patterns import (
@@ -52,7 +54,7 @@ def _reads_data(node: ast.AST) -> bool:
     return any(isinstance(n, ast.Call) and call_leaf(n) in READ_CALL_LEAVES for n in ast.walk(node))
 
 
-def check_call(node: ast.Call, qual: str, language: str) -> Hit | None:
+def check_call(node: ast.Call, qual: str, languages: Collection[str]) -> Hit | None:
     """foreign-code / native-extension for one call whose callee resolves to `qual`."""
     unsafe = UNSAFE_LOAD_KEYWORDS.get(qual)
     if unsafe is not None and _keyword_is(node, unsafe[0], unsafe[1]):
@@ -63,9 +65,10 @@ def check_call(node: ast.Call, qual: str, language: str) -> Hit | None:
         odd = [s for s in _string_args(node) if "\n" not in s and s.lower().endswith(DATA_SUFFIXES)]
         if odd:
             return "foreign-code", f"builds {odd[0]!r} with {qual}: not C/C++/CUDA source"
-        if language in NATIVE_LANGUAGES:
+        if any(lang in NATIVE_LANGUAGES for lang in languages):
             return "native-extension", f"builds native code with {qual}"
-        return "foreign-code", f"builds native code with {qual} in a {language} solution (declare the language as cuda or cpp)"
+        return "foreign-code", (f"builds native code with {qual} in a {'/'.join(languages)} solution (declare a compiled "
+                                "C++ language: cuda_cpp, cutlass, cudnn or cublas)")
     return None
 
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 from types import MappingProxyType
 from typing import Final
 
+from worker.formats.languages import CPP_LANGUAGES
+
 # --- monkeypatching: what an assignment into another module touches ---------------------------------
 TIMER_PREFIXES: Final = (
     "time.", "timeit.", "torch.cuda.Event", "torch.cuda.synchronize", "torch.cuda.current_stream",
@@ -121,7 +123,7 @@ FOREIGN_LOADERS: Final = frozenset({
 # loaders that are safe unless told otherwise: keyword -> the value that makes them run code
 UNSAFE_LOAD_KEYWORDS: Final = MappingProxyType({"torch.load": ("weights_only", False), "numpy.load": ("allow_pickle", True)})
 NATIVE_BUILD_CALLS: Final = frozenset({"torch.utils.cpp_extension.load", "torch.utils.cpp_extension.load_inline"})
-NATIVE_LANGUAGES: Final = frozenset({"cuda", "cpp"})
+NATIVE_LANGUAGES: Final = CPP_LANGUAGES  # SOL-ExecBench's compiled C++ languages build native code by design
 READ_CALL_LEAVES: Final = frozenset({"read", "read_text", "read_bytes", "readlines", "open", "load", "loads", "decompress", "b64decode"})
 # shipped files that are compiled or serialised: nothing can review them
 BINARY_SUFFIXES: Final = (

@@ -47,12 +47,14 @@ ALL_RULES = [
         " can be exact only while watched"
     )),
     Rule(id="foreign-code", severity="fail", why="runs code that is not the scanned Python (a shipped binary, a pickle, a loader or a data file)"),
-    Rule(id="native-extension", severity="warn", why="builds C++/CUDA at run time: allowed for cuda/cpp solutions; its sources are not scanned here"),
+    Rule(id="native-extension", severity="warn", why="builds C++/CUDA at run time: allowed for compiled C++ solutions (cuda_cpp, cutlass, cudnn, cublas); its sources are not scanned here"),
     Rule(id="kernelguard", severity="fail", why="kernelguard (PyPI) classifies this pattern as a hack on its own"),
     Rule(id="kernelguard-signal", severity="warn", why="kernelguard (PyPI) reports this pattern as a signal, not proof"),
     Rule(id="kernelguard-incomplete", severity="warn", why="kernelguard's checks did not complete (time limit or failure); the scan's own rules still ran"),
     Rule(id="cuda-graph", severity="warn", why="CUDA graph replay reuses captured pointers and can skip work"),
     Rule(id="unparsed", severity="warn", why="this file is not Python and was not scanned"),
+    Rule(id="path-alias", severity="fail", why=(
+        "two spellings of one path let the scan read one file while the sandbox writes another over it")),
 ]
 RULES: dict[str, Rule] = {r.id: r for r in ALL_RULES}
 

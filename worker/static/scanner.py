@@ -9,8 +9,10 @@ This module only walks the tree and reports.
 from __future__ import annotations
 
 import ast
+from collections.abc import Sequence
 
-from worker.formats import Solution
+from worker.formats import Language, Solution
+from worker.formats.solution import check_source_path
 from worker.static import environment, foreign_code
 from worker.static.cache_keys import (
     KeyTracker,
@@ -89,10 +91,10 @@ def docstring_ids(tree: ast.Module) -> set[int]:
 
 
 class _Scanner(ast.NodeVisitor):
-    def __init__(self, file: str, entry_function: str | None, language: str, tree: ast.Module) -> None:
+    def __init__(self, file: str, entry_function: str | None, languages: Sequence[Language], tree: ast.Module) -> None:
         self.file = file
         self.entry_function = entry_function
-        self.language = language
+        self.languages = tuple(languages)
         self.findings: list[Finding] = []
         self.aliases = ImportAliases()
         self.aliases.prescan(tree)
@@ -356,7 +358,7 @@ class _Scanner(ast.NodeVisitor):
             self.add(node, "data-ptr", "calls .data_ptr()")
         if q:
             self._check_env_call(node, q)
-            hit = foreign_code.check_call(node, q, self.language)
+            hit = foreign_code.check_call(node, q, self.languages)
             if hit:
                 self.add(node, *hit)
         if leaf in _STRING_PROBES and isinstance(node.func, ast.Attribute) and _mentions_file(node.func.value):
@@ -434,8 +436,12 @@ class _Scanner(ast.NodeVisitor):
         self.generic_visit(node)
 
 
-def scan_source(path: str, source: str, entry_function: str | None = None, language: str = "python") -> list[Finding]:
-    """Findings for one file; a file that is not Python gets one 'unparsed' warning, a shipped binary fails."""
+def scan_source(path: str, source: str, entry_function: str | None = None,
+                languages: Sequence[Language] = ("pytorch",)) -> list[Finding]:
+    """Findings for one file of a solution in `languages`; a file that is not Python gets one 'unparsed' warning,
+    a shipped binary fails."""
+    if isinstance(languages, str):  # a bare string is a sequence of letters: no language would ever match
+        raise TypeError(f"languages must be a list of language names, not the string {languages!r}")
     if not path.endswith(".py"):
         if foreign_code.shipped_binary(path):
             rule = RULES["foreign-code"]
@@ -445,14 +451,34 @@ def scan_source(path: str, source: str, entry_function: str | None = None, langu
         tree = ast.parse(source, filename=path)
     except SyntaxError as e:
         return [Finding(file=path, line=e.lineno or 0, rule="dynamic-code", severity="fail", message=f"syntax error ({e.msg}): the file cannot be scanned")]
-    scanner = _Scanner(path, entry_function, language, tree)
+    scanner = _Scanner(path, entry_function, languages, tree)
     scanner.visit(tree)
     return sorted(scanner.findings, key=lambda f: (f.line, f.rule))
 
 
 def scan_solution(solution: Solution) -> list[Finding]:
+    """Every source, by the very path the sandbox writes it to (worker.sandbox.runner sends `src.path` as is).
+
+    The model only holds canonical, distinct paths; one that is not (a model built without validation) or that
+    two sources share would let the scan read one file and the sandbox write another over it, so it fails here."""
     out: list[Finding] = []
+    seen: set[str] = set()
     for src in solution.sources:
+        try:
+            check_source_path(src.path)
+        except ValueError as err:
+            out.append(_alias_finding(src.path, str(err)))
+            continue
+        if src.path in seen:
+            out.append(_alias_finding(src.path, "is given twice: the sandbox would write one copy over the other"))
+            continue
+        seen.add(src.path)
         entry = solution.spec.entry_function if src.path == solution.spec.entry_file else None
-        out.extend(scan_source(src.path, src.content, entry, solution.spec.language))
+        out.extend(scan_source(src.path, src.content, entry, solution.spec.languages))
     return out
+
+
+def _alias_finding(path: str, reason: str) -> Finding:
+    rule = RULES["path-alias"]
+    return Finding(file=path[:200], line=0, rule=rule.id, severity=rule.severity,
+                   message=f"source path {path[:200]!r} {reason}: {rule.why}")
