@@ -42,6 +42,8 @@ class AuditContext:
     inputs_made_in_child: bool | None = None
     # a worker process's spare children (worker.sandbox.pool): this audit takes one instead of starting its own
     pool: SandboxPool | None = None
+    # how the submission's process was bounded in memory (worker.sandbox.memory), for the report
+    memory_note: str = "not started"
     _sandbox: Sandbox | None = None
     _watched: WatchedSandbox | None = None
     _stage: str = ""
@@ -107,6 +109,7 @@ class AuditContext:
         if isinstance(reference, SandboxedReference):
             reference.close()
         if self._sandbox is not None:
+            self.memory_note = self._sandbox.memory_note
             self._sandbox.close()
             self._sandbox = None
             self._watched = None

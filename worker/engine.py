@@ -170,6 +170,7 @@ def run_audit(
         final.metrics["kernel_fault"] = fault.model_dump()
     # which isolation the submission ran under ("none" is said in every report and on the dashboard)
     final.metrics["isolation"] = ctx.isolation or "not started"
+    final.metrics["sandbox_memory"] = ctx.memory_note
     if on_stage:
         on_stage(final)
     return AuditReport(

@@ -28,7 +28,7 @@ class ReferenceRunner(Protocol):
     @property
     def run_fn(self) -> Callable[..., Any]: ...
 
-    def run(self, args: list[Any]) -> list[torch.Tensor]: ...
+    def run(self, args: list[Any], reorder: str | None = None) -> list[torch.Tensor]: ...
 
     def custom_inputs(self, axes_and_scalars: dict[str, Any], device: torch.device, seed: int) -> dict[str, torch.Tensor]: ...
 
@@ -49,9 +49,16 @@ class Reference:
     def run_fn(self) -> Callable[..., Any]:
         return self.module.run  # type: ignore[no-any-return]
 
-    def run(self, args: list[Any]) -> list[torch.Tensor]:
-        """Value-returning reference: outputs in the definition's output order."""
-        out = self.run_fn(*args)
+    def run(self, args: list[Any], reorder: str | None = None) -> list[torch.Tensor]:
+        """Value-returning reference: outputs in the definition's output order; `reorder` re-runs it with its
+        reductions in another honest order (worker.numerics.reorder)."""
+        if reorder is not None:
+            from worker.numerics.reorder import Reorder
+
+            with Reorder(reorder):  # type: ignore[arg-type]
+                out = self.run_fn(*args)
+        else:
+            out = self.run_fn(*args)
         return list(out) if isinstance(out, (tuple, list)) else [out]
 
     def custom_inputs(self, axes_and_scalars: dict[str, Any], device: torch.device, seed: int) -> dict[str, torch.Tensor]:

@@ -41,16 +41,18 @@ class SandboxedReference:
         self._solution = reference_as_solution(definition)
         self._sandbox = Sandbox(device, default_timeout_s=timeout_s, interrupts=interrupts, isolation=isolation)
 
-    def run(self, args: list[Any]) -> list[torch.Tensor]:
+    def run(self, args: list[Any], reorder: str | None = None) -> list[torch.Tensor]:
+        """The reference's outputs; `reorder` (worker.numerics.reorder) re-runs it with its reductions in another
+        honest order, in its sandbox."""
         # the request and its reply are our own serialisation: a TorchFunctionMode around this call (the generic
         # oracle's promotion) must not rewrite the tensors that torch.load rebuilds
         with torch._C.DisableTorchFunction():
-            return self._run(args)
+            return self._run(args, reorder)
 
-    def _run(self, args: list[Any]) -> list[torch.Tensor]:
+    def _run(self, args: list[Any], reorder: str | None) -> list[torch.Tensor]:
         self._sandbox.ensure(self._solution)
         reply = self._sandbox.request("call", {"args": [a.cpu() if isinstance(a, torch.Tensor) else a for a in args],
-                                               "outputs": [], "poison": None})
+                                               "outputs": [], "poison": None, "reorder": reorder})
         outs = reply.get("outputs")
         if not isinstance(outs, list) or not all(isinstance(o, torch.Tensor) for o in outs):
             raise RuntimeError("the uploaded reference returned something other than tensors")

@@ -9,6 +9,10 @@ where u is the output dtype's unit roundoff. The floor matters where the ideal o
 0 and a correct kernel's error is 0 too, while any rounding the kernel adds is judged
 against a fraction of one rounding of the group. Groups whose oracle norm is 0 (rows no
 token hit, the padding row) must be exactly zero: any non-zero value there is reported.
+Where honest implementations are given (the generic path: the reference at its own dtypes and re-run with its
+reductions in other orders, worker.numerics.reorder), each group's denominator is also at least the largest error
+any of them makes there: an honest fp32 kernel that sums in another order cannot reach the ideal output either,
+and is judged against what honest kernels achieve, not against a result no kernel can produce.
 A group whose norm is a tiny fraction of the typical group's (e.g. the cross-entropy gradient
 row of a token predicted with probability 1 - 1e-12, where fp32's 1 - p cancels) is judged
 against NEGLIGIBLE_FRACTION of the median group norm instead of its own: at that scale its
@@ -76,6 +80,8 @@ class OutputError(BaseModel):
     worst_group_label: int | None = None
     rel_err: float = 0.0
     ideal_rel_err: float = 0.0
+    honest_rel_err: float | None = Field(None, description="the largest error of an honest implementation, relative")
+    honest_worst: str | None = Field(None, description="which honest implementation erred most")
     floored_groups: int = Field(0, description="groups whose denominator was the floor")
     zero_groups: int = 0
     zero_groups_nonzero: int = 0
@@ -122,8 +128,10 @@ def measure_output(
     labels: torch.Tensor | None = None,
     edges: tuple[tuple[int, int | None], ...] = INDEX_COUNT_EDGES,
     bucket_kind: str | None = None,
+    honest: dict[str, torch.Tensor] | None = None,
 ) -> OutputError:
-    """Error of `out` against the fp64 `oracle`; `labels` (one int per group) bucket the groups."""
+    """Error of `out` against the fp64 `oracle`; `labels` (one int per group) bucket the groups; `honest` (name ->
+    output of an honest implementation) raises each group's denominator to the largest honest error there."""
     if tuple(out.shape) != tuple(oracle.shape):
         raise ValueError(f"output '{name}' has shape {tuple(out.shape)}, the oracle's is {tuple(oracle.shape)}")
     dims = sorted({d % out.dim() for d in budget.group_dims}) if out.dim() else []
@@ -148,6 +156,24 @@ def measure_output(
     typical = float(live_norms.median()) if live_norms.numel() else 0.0
     floor = FLOOR_FRACTION * u * torch.clamp(norm, min=NEGLIGIBLE_FRACTION * typical)
     denom = torch.maximum(ideal_err, floor)
+    honest_err: torch.Tensor | None = None
+    honest_names: dict[str, float] = {}
+    for hname, h in (honest or {}).items():
+        if tuple(h.shape) != tuple(out.shape):
+            continue
+        hg = as_groups(h.to(torch.float64), dims)
+        if not bool(torch.isfinite(hg[ref_ok]).all()):
+            continue  # an honest run that overflows where the oracle does not is no yardstick
+        e = torch.linalg.vector_norm(hg - ref, dim=1)
+        honest_names[hname] = float(torch.linalg.vector_norm(e[ref_ok]))
+        honest_err = e if honest_err is None else torch.maximum(honest_err, e)
+    if honest_err is not None:
+        # per group, the largest honest error there; and everywhere at least the honest runs' typical relative error:
+        # one group's rounding errors are a random walk, so a single honest sample is a noisy yardstick for it
+        live_ref = ref_ok & (norm > 0)
+        scale = float(torch.linalg.vector_norm(honest_err[live_ref]) / torch.linalg.vector_norm(norm[live_ref])) \
+            if bool(live_ref.any()) else 0.0
+        denom = torch.maximum(denom, torch.maximum(honest_err, scale * norm))
     zero = ref_ok & (norm == 0)
     live = ref_ok & (norm > 0)
     ratio = torch.where(live, err / torch.where(live, denom, torch.ones_like(denom)), torch.zeros_like(err))
@@ -162,7 +188,8 @@ def measure_output(
         n = float(torch.linalg.vector_norm(norm[mask]))
         if n == 0:
             return 0.0
-        d = max(float(torch.linalg.vector_norm(ideal_err[mask])), FLOOR_FRACTION * u * n)
+        d = max(float(torch.linalg.vector_norm(ideal_err[mask])), FLOOR_FRACTION * u * n,
+                float(torch.linalg.vector_norm(honest_err[mask])) if honest_err is not None else 0.0)
         return float(torch.linalg.vector_norm(err[mask])) / d
 
     result = OutputError(
@@ -176,6 +203,8 @@ def measure_output(
         worst_group_label=int(labels[worst]) if labels is not None and bool(live.any()) else None,
         rel_err=rel(err, live),
         ideal_rel_err=rel(ideal_err, live),
+        honest_rel_err=rel(honest_err, live) if honest_err is not None else None,
+        honest_worst=max(honest_names, key=lambda k: honest_names[k]) if honest_names else None,
         floored_groups=int((live & (floor > ideal_err)).sum()),
         zero_groups=int(zero.sum()),
         zero_groups_nonzero=int(zero_nonzero.sum()),

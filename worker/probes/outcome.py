@@ -51,6 +51,9 @@ class ProbeOutcome(BaseModel):
                 "worst_group_label": o.worst_group_label,
                 "rel_err": o.rel_err,
                 "ideal_rel_err": o.ideal_rel_err,
+                # the yardstick's other end: what honest implementations achieve (both numbers are shown)
+                **({"honest_rel_err": o.honest_rel_err, "honest_worst": o.honest_worst}
+                   if o.honest_rel_err is not None else {}),
                 "groups": o.groups,
                 "floored_groups": o.floored_groups,
                 "zero_groups": o.zero_groups,

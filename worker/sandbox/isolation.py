@@ -14,12 +14,13 @@ What the child gets (policy "namespaces"):
   devices and /sys on GPU workers), a private size-capped tmpfs at /tmp holding its HOME, TMPDIR and
   Triton cache (gone when the namespace dies), and one read-write folder, the spill folder;
 - resource limits (set before exec, inherited): processes, open files, file size, CPU seconds, data
-  segment (memory), no core dumps.
+  segment (memory, sized from the host per concurrent child: worker.sandbox.memory), no core dumps;
+  and, where the worker's own memory cgroup is writable, a memory cgroup of the child's own with the same limit
+  (it counts shared mappings and page cache, which RLIMIT_DATA does not).
 Policy "none" runs the child as the worker's user with only the scrubbed environment, its own session
 and no core dumps: for a developer's own kernel, never for untrusted code.
 Not done here: a seccomp filter (as root the child may still create user namespaces of its own, inside
-which the mounts stay locked read-only), a cgroup (RLIMIT_DATA does not count shared mappings, page
-cache or GPU memory; RLIMIT_CPU is per process).
+which the mounts stay locked read-only); a limit on GPU memory (no cgroup counts it); RLIMIT_CPU is per process.
 """
 
 from __future__ import annotations
@@ -178,6 +179,9 @@ def bwrap_argv(bwrap: str, uid: int, policy: IsolationPolicy, spill_host: Path, 
     extra = [p for p in extra_ro if p.exists() and p != Path("/")]
     for root in _outermost([*_ro_roots(device), *extra]) if extra else _ro_roots(device):
         argv += _mkdirs(root.parent) + ["--ro-bind", str(root), str(root)]
+    # as root bwrap would make /etc 0700 for these binds: the child's uid could then read none of them, nor follow
+    # a symlink through /etc/alternatives (/usr/local/cuda -> /etc/alternatives/cuda on CUDA images)
+    argv += ["--perms", "0755", "--dir", "/etc"]
     for name in _ETC:
         host = Path("/etc") / name
         if host.exists():

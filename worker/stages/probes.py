@@ -33,6 +33,7 @@ from worker.numerics.error_metrics import (
     measure_output,
 )
 from worker.numerics.placement import on_device_or_cpu
+from worker.numerics.reorder import STYLES
 from worker.probes.diagnosis import diagnose
 from worker.probes.distributions import (
     ProbeInputError,
@@ -142,28 +143,31 @@ def _input_stats(case: Case, device: str) -> dict[str, Any]:
     return stats
 
 
-def _measure(ctx: AuditContext, spec_: AuditSpec, case: Case, outs: list[torch.Tensor], ref: list[torch.Tensor], slack: float = 1.0) -> list[OutputError]:
+def _measure(ctx: AuditContext, spec_: AuditSpec, case: Case, outs: list[torch.Tensor], ref: list[torch.Tensor],
+             slack: float = 1.0, honest: dict[str, list[torch.Tensor]] | None = None) -> list[OutputError]:
     """Each output's error against the oracle, computed on the audit's GPU where there is one (the same fp64
     arithmetic; on the host it cost 5-15 s of a GPU audit's probes stage, H200 profile of 2026-12-02), on the CPU
     where the GPU has no memory left (worker.numerics.placement)."""
-    return on_device_or_cpu(ctx.device, lambda device: _measure_on(device, ctx, spec_, case, outs, ref, slack))
+    return on_device_or_cpu(ctx.device, lambda device: _measure_on(device, ctx, spec_, case, outs, ref, slack, honest))
 
 
 def _measure_on(
     device: torch.device, ctx: AuditContext, spec_: AuditSpec, case: Case, outs: list[torch.Tensor], ref: list[torch.Tensor],
-    slack: float,
+    slack: float, honest: dict[str, list[torch.Tensor]] | None = None,
 ) -> list[OutputError]:
     outs = [o.to(device) for o in outs]
     ref = [r.to(device) for r in ref]
     definition, budgets = ctx.problem.definition, spec_.budgets
     result = []
-    for (name, spec), out, oracle in zip(definition.outputs.items(), outs, ref):
+    for i, ((name, spec), out, oracle) in enumerate(zip(definition.outputs.items(), outs, ref)):
         budget = budgets.get(name, OutputBudget())
         if slack != 1.0:
             budget = budget.model_copy(update={"max_ratio": budget.max_ratio * slack})
         labels, edges, kind = _labels(ctx, case, budget, out)
         labels = labels.to(device) if labels is not None else None
-        result.append(measure_output(name, out, oracle, to_torch(spec.dtype), budget, labels, edges, kind))
+        yardstick = {run: outputs[i].to(device) for run, outputs in (honest or {}).items() if i < len(outputs)}
+        result.append(measure_output(name, out, oracle, to_torch(spec.dtype), budget, labels, edges, kind,
+                                     honest=yardstick or None))
     return result
 
 
@@ -219,6 +223,7 @@ def _run_probe(
         return outcome, None, None
     generic = isinstance(oracle, GenericOracle)
     ref: list[torch.Tensor] | None = None
+    honest: dict[str, list[torch.Tensor]] | None = None
     slack = _slack(oracle)
     if generic:  # a derived probe the definition's own reference rejects does not apply; it is no kernel failure
         try:
@@ -228,12 +233,15 @@ def _run_probe(
             outcome.not_applicable = f"the reference rejects these inputs: {type(err).__name__}: {err}"[:400]
             return outcome, None, None
         slack = _slack(oracle)
-        with _timed(outcome, "oracle", ctx.device):
-            own = _own_precision_if_it_disagrees(ctx, spec, case, ref)
+        with _timed(outcome, "honest", ctx.device):
+            runs = _reference_runs(ctx, case)
+            own = _own_precision_if_it_disagrees(ctx, spec, case, ref, runs)
         if own is not None:
             ref, note = own
             outcome.oracle_note = note
             slack = REFERENCE_ORACLE_SLACK
+        elif slack == 1.0:  # judged against what honest implementations achieve, not only the ideal output
+            honest = runs
     try:
         with _timed(outcome, "kernel", ctx.device):
             reply = _call(ctx, case, checks.POISON_A, _positions(ctx, probe.noncontiguous))
@@ -244,36 +252,53 @@ def _run_probe(
         with _timed(outcome, "oracle", ctx.device):
             ref = _oracle(oracle, case, ctx)
     with _timed(outcome, "measure", ctx.device):
-        outcome.outputs = _measure(ctx, spec, case, reply["outputs"], ref, slack)
+        outcome.outputs = _measure(ctx, spec, case, reply["outputs"], ref, slack, honest)
     return outcome, case, reply
 
 
+def _reference_at_own_precision(ctx: AuditContext, case: Case, reorder: str | None = None) -> list[torch.Tensor] | None:
+    """The reference at its own dtypes (`reorder`: with its reductions in another honest order), where the kernel runs.
+
+    A GPU's fp32 rounds (and so ties and selects) differently from the host's, and the kernel is held to the reference
+    as it runs on the same device; on the CPU where the reference cannot run on the device (a factory without
+    `device=`, or no memory left). An uploaded reference runs in its sandbox, on the CPU."""
+    for device in dict.fromkeys([str(ctx.device) if getattr(ctx.reference, "trusted", True) else "cpu", "cpu"]):
+        args = [a.to(device, copy=True) if isinstance(a, torch.Tensor) else a for a in case.args(ctx.problem.definition)]
+        try:
+            with torch.no_grad():
+                return [o.detach() for o in ctx.reference.run(args, reorder=reorder)]
+        except Exception:  # noqa: BLE001 - a reference that fails unpromoted here cannot serve as a yardstick
+            continue
+    return None
+
+
+def _reference_runs(ctx: AuditContext, case: Case) -> dict[str, list[torch.Tensor]]:
+    """Honest implementations' outputs on `case`: the reference at its own dtypes ('own') and re-run with its
+    reductions split and sequential (worker.numerics.reorder). Each is measured against the fp64 oracle, and the
+    largest error per group is what an honest kernel may make there (worker.numerics.error_metrics)."""
+    runs: dict[str, list[torch.Tensor]] = {}
+    for style in (None, *STYLES):
+        outs = _reference_at_own_precision(ctx, case, style)
+        if outs is not None:
+            runs["own" if style is None else style] = outs
+    return runs
+
+
 def _own_precision_if_it_disagrees(
-    ctx: AuditContext, spec: AuditSpec, case: Case, promoted: list[torch.Tensor]
+    ctx: AuditContext, spec: AuditSpec, case: Case, promoted: list[torch.Tensor], runs: dict[str, list[torch.Tensor]]
 ) -> tuple[list[torch.Tensor], str] | None:
-    """The reference at its own precision, where it fails its own budget against the promoted result.
+    """The reference at its own precision, where it fails its own budget against the promoted result, even judged
+    against the other honest orderings of its reductions.
 
     Then the definition's semantics depend on precision (top-k ties, thresholds, selections decided
     differently in fp64): no kernel is held to a stricter standard than the reference, so the reference
     itself is the oracle for this probe, with a wider budget.
     """
-    # where the kernel runs: a GPU's fp32 rounds (and so ties and selects) differently from the host's, and the
-    # kernel is held to the reference as it runs on the same device (measured on the H200, 2026-12-02: a correct
-    # MoE router, identical to its reference, failed 4 probes against the reference run on the CPU); on the CPU where
-    # the reference cannot run on the device (a factory without `device=`, or no memory left)
-    own: list[torch.Tensor] | None = None
-    for device in dict.fromkeys([str(ctx.device) if getattr(ctx.reference, "trusted", True) else "cpu", "cpu"]):
-        args = [a.to(device, copy=True) if isinstance(a, torch.Tensor) else a for a in case.args(ctx.problem.definition)]
-        try:
-            with torch.no_grad():
-                own = [o.detach() for o in ctx.reference.run(args)]
-            break
-        except Exception:  # noqa: BLE001 - a reference that fails unpromoted here cannot serve as the oracle
-            continue
+    own = runs.get("own")
     if own is None:
         return None
     try:
-        errors = _measure(ctx, spec, case, own, promoted)
+        errors = _measure(ctx, spec, case, own, promoted, honest={k: v for k, v in runs.items() if k != "own"} or None)
     except Exception:  # noqa: BLE001 - outputs the measure cannot take (wrong shapes): no oracle either
         return None
     if all(e.passed for e in errors):
@@ -413,7 +438,7 @@ def run(ctx: AuditContext) -> StageResult:
         "diagnosis": diagnosis,
         "timings": {
             **{f"{phase}_s": round(sum(o.timings.get(phase, 0.0) for o in outcomes), 3)
-               for phase in ("inputs", "oracle", "kernel", "measure")},
+               for phase in ("inputs", "oracle", "honest", "kernel", "measure")},
             "checks_s": round(checks_s, 3),
         },
     }
@@ -426,7 +451,12 @@ def run(ctx: AuditContext) -> StageResult:
             else f"{spec.oracle} (fp64, CPU, fed the same rounded inputs)"
         ),
         "spec": "audit.json (curated)" if plan is None else "derived from the definition (no audit.json)",
-        "judged": "normwise error per reduction group vs the fp64 oracle, divided by the error of the oracle rounded once to the output dtype",
+        "judged": (
+            "normwise error per reduction group vs the fp64 oracle, divided by the error of the oracle rounded once to "
+            "the output dtype" + ("" if plan is None else ", or, where larger, by the largest error of an honest "
+                                  "implementation in that group: the reference at its own dtypes, and with its sums "
+                                  "and matrix products split and sequential (worker.numerics.reorder)")
+        ),
         "floor": [floor_note(d) for d in sorted(dtypes, key=str)],
         "seeds": {o.name: o.seed for o in outcomes},
         "probes": [{**o.spec, "axes_used": o.axes, "seed": o.seed} for o in outcomes],

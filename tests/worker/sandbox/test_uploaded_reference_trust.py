@@ -162,6 +162,8 @@ def test_every_stage_of_an_uploaded_problem_runs_its_reference_sandboxed(tmp_pat
     statuses = {s.name: s.status for s in report.stages}
     assert statuses["benchmark"] == StageStatus.passed, report.stages
     assert statuses["probes"] == StageStatus.passed, [s.summary for s in report.stages]
+    verdict = report.stages[-1]
+    assert str(verdict.metrics["sandbox_memory"]).split(" bytes")[0].isdigit(), verdict.metrics["sandbox_memory"]
     assert _planted(marker) == []
 
 
