@@ -10,15 +10,19 @@ from fastapi import Depends, FastAPI
 from fastapi.openapi.utils import get_openapi
 
 from app.api.deps import Services
+from app.api.docs import install_docs
+from app.api.health import router as health_router
 from app.audits.queue import AuditQueue
 from app.auth.keycache import KeyCache
 from app.auth.ratelimit import RateLimiter
 from app.auth.readers import require_reader
 from app.auth.router import router as auth_router
+from app.core import access_log
 from app.core.bodylimit import BodyLimitMiddleware
 from app.core.nul_guard import RejectNulMiddleware
 from app.core.db import make_engine, make_sessionmaker
 from app.core.errors import ErrorBody, install_error_handlers
+from app.core.security_headers import SecurityHeadersMiddleware
 from app.core.settings import Settings
 from app.dashboard.routes import router as dashboard_router
 from app.definitions.router import router as definitions_router
@@ -31,6 +35,7 @@ from app.webhooks.router import router as webhooks_router
 
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings()
+    access_log.install()  # whoever started uvicorn, its access log carries no query strings
     engine = make_engine(settings)
 
     @asynccontextmanager
@@ -38,7 +43,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         yield
         engine.dispose()
 
-    app = FastAPI(title="kernel-audit", version="0.1.0", lifespan=lifespan,
+    app = FastAPI(title="kernel-audit", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None,
                   description="Audits GPU kernel submissions (SOL-ExecBench formats) for what the benchmark's verifier misses.")
     from app.jobs.celery import make_celery
 
@@ -53,16 +58,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(BodyLimitMiddleware, limit=settings.body_limit_bytes,
                        overrides={("POST", "/v1/submissions"): settings.submission_body_limit_bytes})
     app.add_middleware(RejectNulMiddleware)
-    for r in (submissions_router, definitions_router, auth_router, webhooks_router, dashboard_router):
+    app.add_middleware(SecurityHeadersMiddleware)  # added last: outermost, so every answer above carries the headers
+    install_docs(app)  # the docs pages with the CSP nonce on their inline script
+    for r in (health_router, submissions_router, definitions_router, auth_router, webhooks_router, dashboard_router):
         app.include_router(r)
     for r in (problems_router, leaderboard_router):  # public unless KAUDIT_PUBLIC_READ=false (app/auth/readers.py)
         app.include_router(r, dependencies=[Depends(require_reader)])
 
     install_error_handlers(app)
-
-    @app.get("/healthz", tags=["meta"])
-    def healthz() -> dict[str, str]:
-        return {"status": "ok"}
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:

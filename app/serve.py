@@ -57,13 +57,38 @@ def prepare(settings: Settings, new_admin_key: bool = False) -> tuple[str | None
 
 
 def start_worker(settings: Settings, log: Path) -> subprocess.Popen[bytes]:
-    queues = f"{settings.audit_queue},{settings.webhook_queue}"  # webhooks are delivered by the same one worker
+    """The audit worker: one audit at a time (prefork: torch and the engine load in its pool process)."""
+    return _celery_worker(settings, log, settings.audit_queue, "kaudit-embedded", pool="prefork", concurrency=1)
+
+
+def start_webhook_worker(settings: Settings, log: Path) -> subprocess.Popen[bytes]:
+    """Webhook deliveries get a worker of their own, so a long audit never holds them back (behind one worker,
+    `submission.received` waited for the audit before it). Threads: a delivery is an HTTP request, and a threads
+    pool loads neither torch nor the engine."""
+    return _celery_worker(settings, log, settings.webhook_queue, "kaudit-webhooks", pool="threads", concurrency=4)
+
+
+def _celery_worker(settings: Settings, log: Path, queues: str, name: str, *, pool: str, concurrency: int) -> subprocess.Popen[bytes]:
     argv = [sys.executable, "-m", "celery", "-A", "app.jobs.worker", "worker", "-Q", queues,
-            "--concurrency", "1", "--pool", "prefork", "-n", "kaudit-embedded@%h", "--loglevel", "INFO",
+            "--concurrency", str(concurrency), "--pool", pool, "-n", f"{name}@%h", "--loglevel", "INFO",
             "--without-gossip", "--without-mingle", "--without-heartbeat"]
     fh = open(log, "ab")  # noqa: SIM115 - owned by the child for its lifetime
+    # run in the data folder: whatever a worker writes to a relative path lands there, not in the user's cwd
     return subprocess.Popen(argv, env=settings_env(settings), stdout=fh, stderr=subprocess.STDOUT, start_new_session=True,
-                            preexec_fn=_die_with_parent)
+                            preexec_fn=_die_with_parent, cwd=log.parent)
+
+
+def stop_workers(workers: list[subprocess.Popen[bytes]]) -> None:
+    """SIGTERM to each (a warm shutdown), then wait; kill what is still running after 15 s."""
+    for worker in workers:
+        if worker.poll() is None:
+            worker.send_signal(signal.SIGTERM)
+    for worker in workers:
+        try:
+            worker.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            worker.kill()
+            worker.wait()
 
 
 def _die_with_parent() -> None:
@@ -108,21 +133,26 @@ def serve(data_dir: Path, host: str, port: int, *, device: str = "cpu", stages: 
     """Bind, prepare, start the worker, then print the URL: what is printed is already reachable. Raises PortUnavailable."""
     import uvicorn
 
+    from app.core import access_log
     from app.main import create_app
 
     sock = bind(host, port)
+    workers: list[subprocess.Popen[bytes]] = []
     try:
         data_dir.mkdir(parents=True, exist_ok=True)
         settings = embedded_settings(data_dir, device=device, stages=stages)
         key, problems = prepare(settings, new_admin_key)
-        worker = start_worker(settings, data_dir / "worker.log")
+        workers.append(start_worker(settings, data_dir / "worker.log"))
+        workers.append(start_webhook_worker(settings, data_dir / "webhooks.log"))
     except BaseException:
         sock.close()
+        stop_workers(workers)
         raise
     url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}"
     print(f"kernel-audit is running at {url}  (API docs: {url}/docs)", flush=True)
     print(f"  problems: {', '.join(problems)}", flush=True)
-    print(f"  data: {data_dir.resolve()} (SQLite, filesystem broker); worker log: {data_dir / 'worker.log'}", flush=True)
+    print(f"  data: {data_dir.resolve()} (SQLite, filesystem broker); worker logs: {data_dir / 'worker.log'}, "
+          f"{data_dir / 'webhooks.log'}", flush=True)
     if settings.isolation == "none":
         print("  WARNING: bubblewrap is not available here, so submissions run UNISOLATED (as you, network open): "
               "audit only your own kernels (install the 'bubblewrap' package to isolate them)", flush=True)
@@ -133,17 +163,12 @@ def serve(data_dir: Path, host: str, port: int, *, device: str = "cpu", stages: 
     print(f"  submit: curl -H 'Authorization: Bearer <key>' -H 'content-type: application/json' "
           f"--data @kernels/embedding_backward/solutions/pytorch_fp32/solution.json {url}/v1/submissions", flush=True)
     # uvicorn re-raises the signal that stopped it once it has shut down: make SIGTERM an exception, so the
-    # worker is stopped below rather than orphaned
+    # workers are stopped below rather than orphaned
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     try:
-        server = uvicorn.Server(uvicorn.Config(create_app(settings), log_level="warning"))
+        # its access lines (info level) keep the path and drop the query string (app.core.access_log)
+        server = uvicorn.Server(uvicorn.Config(create_app(settings), log_level="warning", log_config=access_log.log_config()))
         server.run(sockets=[sock])
     finally:
         sock.close()
-        if worker.poll() is None:
-            worker.send_signal(signal.SIGTERM)
-            try:
-                worker.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                worker.kill()
-                worker.wait()
+        stop_workers(workers)

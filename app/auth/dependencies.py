@@ -27,17 +27,25 @@ def _lookup(services: Services, plaintext: str) -> Principal | None:
         return Principal(key_id=key.id, submitter=key.submitter, scopes=frozenset(key.scopes.split(",")), rate_limit=key.rate_limit)
 
 
-async def get_principal(request: Request, services: ServicesDep) -> Principal:
-    token = _token(request)
-    if not token:
-        raise HTTPException(401, "an API key is required: 'Authorization: Bearer <key>' or 'X-API-Key: <key>'",
-                            headers={"WWW-Authenticate": "Bearer"})
+async def principal_for(services: Services, token: str) -> Principal | None:
+    """The live key's principal (cached per process for KAUDIT_KEY_CACHE_S); None for an unknown or revoked key."""
     cache = services.key_cache
     digest = hash_key(token)
     found, principal = cache.get(digest)
     if not found:
         principal = await run_in_threadpool(_lookup, services, token)
         cache.put(digest, principal)
+    return principal
+
+
+async def get_principal(request: Request, services: ServicesDep) -> Principal:
+    """The key comes only in a header: a key in the query string would be written to access logs and browser
+    history, so `?key=` or `?api_key=` authenticates nothing."""
+    token = _token(request)
+    if not token:
+        raise HTTPException(401, "an API key is required: 'Authorization: Bearer <key>' or 'X-API-Key: <key>'",
+                            headers={"WWW-Authenticate": "Bearer"})
+    principal = await principal_for(services, token)
     if principal is None:
         raise HTTPException(401, "unknown or revoked API key", headers={"WWW-Authenticate": "Bearer"})
     decision = services.limiter.hit(principal.key_id, principal.rate_limit)

@@ -1,24 +1,41 @@
-"""One shape for every 4xx answer: `{"detail": str, "errors": [{"field", "reason"}]}`.
+"""One shape for every error answer: `{"detail": str, "errors": [{"field", "reason"}]}`.
 
 FastAPI's own validation errors and every HTTPException are mapped into it, so a client parses one shape.
-Reasons are plain (no pydantic "Value error, " prefix) and bounded, so no answer echoes a huge input back."""
+Reasons are plain (no pydantic "Value error, " prefix) and bounded, so no answer echoes a huge input back.
+A dependency that cannot be reached (the database, the broker) is a 503 naming it, with Retry-After: the
+client's request was fine and may succeed later. Anything else unexpected is a 500 in the same shape, which
+says nothing of the cause (the traceback goes to the server's log, not to the caller)."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
+import kombu.exceptions
+import psycopg
+import redis.exceptions
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
+from sqlalchemy import exc as sa_exc
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from worker.formats.exceptions import plain_reason
 
+log = logging.getLogger(__name__)
+
 MAX_ERRORS = 20
 MAX_REASON_CHARS = 500
 BODY = "(body)"
+RETRY_AFTER_S = 5
+Dependency = Literal["database", "broker"]
+# what an unreachable dependency raises: connection refused or reset, unknown database, timed out, pool exhausted
+DATABASE_DOWN: tuple[type[BaseException], ...] = (sa_exc.OperationalError, sa_exc.InterfaceError, sa_exc.TimeoutError,
+                                                  sa_exc.DisconnectionError, psycopg.OperationalError, psycopg.InterfaceError)
+BROKER_DOWN: tuple[type[BaseException], ...] = (kombu.exceptions.OperationalError, redis.exceptions.ConnectionError,
+                                                redis.exceptions.TimeoutError)
 
 
 class FieldError(BaseModel):
@@ -75,8 +92,41 @@ def validation_errors(err: RequestValidationError) -> list[FieldError]:
     return out
 
 
+def unreachable(err: BaseException) -> Dependency | None:
+    """The dependency this error says is unreachable, if any."""
+    if isinstance(err, DATABASE_DOWN) or (isinstance(err, sa_exc.DBAPIError) and err.connection_invalidated):
+        return "database"
+    if isinstance(err, BROKER_DOWN):
+        return "broker"
+    return None
+
+
+def unavailable_response(down: Iterable[Dependency]) -> JSONResponse:
+    names = list(down)
+    return error_response(503, f"unavailable: the {' and the '.join(names)} cannot be reached; try again later",
+                          [FieldError(field=n, reason="unreachable") for n in names], {"Retry-After": str(RETRY_AFTER_S)})
+
+
 def install_error_handlers(app: FastAPI) -> None:
-    """Map RequestValidationError, HTTPException and ApiError into the one shape."""
+    """Map RequestValidationError, HTTPException, ApiError, an unreachable dependency and any other error into the
+    one shape."""
+
+    async def _internal(_request: Request, _err: Exception) -> JSONResponse:
+        # registered for Exception: Starlette logs the traceback after this answer is sent
+        return error_response(500, "internal server error")
+
+    async def _dependency(request: Request, err: Exception) -> JSONResponse:
+        down = unreachable(err)
+        if down is None:  # a database error that is not about reaching it (a bug): 500, traceback logged here
+            log.error("%s %s failed", request.method, request.url.path, exc_info=err)
+            return error_response(500, "internal server error")
+        first_line = str(err).splitlines()[0] if str(err) else ""
+        log.warning("%s %s: the %s is unreachable: %s: %s", request.method, request.url.path, down, type(err).__name__, first_line)
+        return unavailable_response([down])
+
+    for kind in (sa_exc.DBAPIError, *DATABASE_DOWN, *BROKER_DOWN):
+        app.add_exception_handler(kind, _dependency)
+    app.add_exception_handler(Exception, _internal)
 
     @app.exception_handler(ApiError)
     async def _api_error(_request: Request, err: ApiError) -> JSONResponse:

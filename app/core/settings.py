@@ -23,6 +23,7 @@ class Settings(BaseSettings):
     broker_url: str | None = Field(default=None, description="overrides REDIS_URL as the Celery broker (filesystem:// embedded)")
     broker_dir: Path = Path(".kaudit/broker")
     db_pool_size: int = 10
+    db_connect_timeout_s: int = Field(default=5, ge=2, description="Postgres connection attempt limit (libpq's minimum is 2)")
 
     # queues: one worker per GPU listens on gpu, CPU-profile audits go to cpu
     device: str = Field(default="cpu", description="this worker's device; also the API's default for solutions that name no hardware")
@@ -52,6 +53,12 @@ class Settings(BaseSettings):
     max_claims: int = 3
     soft_time_limit_s: int = 3600
     hard_time_limit_s: int = 3900
+    worker_proc_alive_timeout_s: float = Field(
+        default=120.0, gt=0,
+        description="how long Celery waits for a new pool process to report up before killing it. A pool process "
+                    "imports torch and the engine and loads the catalogue first: 2.9 s cold on an idle 2-core host, "
+                    "10 s with four starting at once, 13-18 s seen under load; Celery's own 4 s default killed "
+                    "replacement after replacement")
     # one budget per audit, per device: a kernel call past the call timeout is a hang (the audit ends timed_out)
     cpu_audit_budget_s: float = 900.0
     cpu_call_timeout_s: float = 120.0
@@ -70,7 +77,8 @@ class Settings(BaseSettings):
     public_read: bool = Field(default=True, description="true: /v1/problems, /v1/problems/{name} and /v1/leaderboard/{problem} "
                               "answer without an API key; false: they need one (401 without)")
     dashboard_public: bool = Field(default=True, description="false: the dashboard at / needs an API key (the locked page's form"
-                                   " or ?key= once, then an HttpOnly cookie)")
+                                   " sets an HttpOnly cookie); a submission's private details need its owner's or an admin's key"
+                                   " either way")
 
     # webhooks (app/webhooks): an outbox delivered by a Celery task on the '<prefix>webhooks' queue
     webhook_timeout_s: float = Field(default=5.0, gt=0, description="one delivery attempt's connect + read budget")

@@ -1,21 +1,26 @@
-"""Who may read the dashboard: everyone by default (KAUDIT_DASHBOARD_PUBLIC=true, a public leaderboard); with
-KAUDIT_DASHBOARD_PUBLIC=false, holders of a live API key. The key comes once, from the locked page's form (POST /key)
-or as ?key=... on any page; it is moved into an HttpOnly cookie and the browser is redirected to the address without
-it: no page ever contains a key."""
+"""Who is looking at the dashboard, and whether they may.
+
+The viewer is the API key in the dashboard's cookie, set only by the login form (POST /key): an HttpOnly,
+SameSite=Strict cookie, so no page, script or address ever holds the key. A key in the query string (`?key=...`)
+authenticates nothing: addresses end up in access logs, browser history and Referer headers.
+
+Pages: everyone by default (KAUDIT_DASHBOARD_PUBLIC=true, a public leaderboard); with KAUDIT_DASHBOARD_PUBLIC=false,
+holders of a live API key. What a page shows of a submission is decided by app/submissions/disclosure.py, as in
+the API: its private details only to the key that submitted it and to admins."""
 
 from __future__ import annotations
 
 import re
 from typing import Annotated
-from urllib.parse import urlencode
+from urllib.parse import urlsplit
 
 from fastapi import Depends, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from markupsafe import escape
-from starlette.concurrency import run_in_threadpool
 
 from app.api.deps import Services, ServicesDep
-from app.auth.keys import find_key, hash_key
+from app.auth.dependencies import principal_for
+from app.auth.principal import Principal
 
 COOKIE = "kaudit_key"
 _LOCAL = re.compile(r"/[A-Za-z0-9_\-./?=&%]*")
@@ -26,8 +31,8 @@ LOCKED_PAGE = """<!doctype html><html><head><meta charset="utf-8"><title>kernel-
 <button type="submit">Open</button></form></main></body></html>"""
 
 
-def locked(message: str, next_path: str) -> HTMLResponse:
-    return HTMLResponse(LOCKED_PAGE.format(message=escape(message), next=escape(local_path(next_path))), status_code=401)
+def locked(message: str, next_path: str, status_code: int = 401) -> HTMLResponse:
+    return HTMLResponse(LOCKED_PAGE.format(message=escape(message), next=escape(local_path(next_path))), status_code=status_code)
 
 
 def local_path(path: str) -> str:
@@ -35,44 +40,51 @@ def local_path(path: str) -> str:
     return path if _LOCAL.fullmatch(path) and not path.startswith("//") else "/"
 
 
+def same_site_form(request: Request) -> bool:
+    """The form was posted from this site's own page: a cross-site form must not log a browser in (or out) with
+    someone else's key. Browsers send Origin (and Sec-Fetch-Site) on every form POST."""
+    if request.headers.get("sec-fetch-site", "same-origin") not in ("same-origin", "none"):
+        return False
+    origin = request.headers.get("origin")
+    return origin is None or urlsplit(origin).netloc == request.headers.get("host", "")
+
+
 def with_key_cookie(response: Response, key: str, https: bool) -> Response:
-    response.set_cookie(COOKIE, key, httponly=True, samesite="strict", secure=https)
+    response.set_cookie(COOKIE, key, httponly=True, samesite="strict", secure=https, path="/")
     return response
 
 
-def _known(services: Services, plaintext: str) -> bool:
-    digest = hash_key(plaintext)
-    found, principal = services.key_cache.get(digest)
-    if found:
-        return principal is not None
-    with services.sessions() as session:
-        key = find_key(session, plaintext)
-    return key is not None
-
-
-async def gate(request: Request, services: ServicesDep) -> Response | None:
-    """None: the page may be shown. Otherwise the response to send instead (a redirect that sets the cookie, or
-    the page asking for a key)."""
-    if services.settings.dashboard_public:
-        return None
-    offered = request.query_params.get("key")
-    if offered:
-        if not await run_in_threadpool(_known, services, offered):
-            return locked("That API key is unknown or revoked.", request.url.path)
-        rest = urlencode([(k, v) for k, v in request.query_params.multi_items() if k != "key"])
-        return with_key_cookie(RedirectResponse(request.url.path + (f"?{rest}" if rest else ""), status_code=303), offered,
-                               request.url.scheme == "https")
+async def viewer(request: Request, services: ServicesDep) -> Principal | None:
+    """The principal of the cookie's key; None without one, or when it is unknown or revoked."""
     held = request.cookies.get(COOKIE)
-    if held and await run_in_threadpool(_known, services, held):
+    return await principal_for(services, held) if held else None
+
+
+ViewerDep = Annotated[Principal | None, Depends(viewer)]
+
+
+async def gate(request: Request, services: ServicesDep, who: ViewerDep) -> Response | None:
+    """None: the page may be shown. Otherwise the page asking for a key, to send instead."""
+    if services.settings.dashboard_public or who is not None:
         return None
     return locked("This dashboard needs an API key.", request.url.path)
 
 
 async def open_with_key(request: Request, services: Services, key: str, next_path: str) -> Response:
-    """The locked page's form (POST, so the key stays out of addresses and access logs)."""
-    if not await run_in_threadpool(_known, services, key):
+    """The login form (POST, so the key stays out of addresses and access logs)."""
+    if not same_site_form(request):
+        return locked("Log in from this site's own form.", next_path, status_code=403)
+    if await principal_for(services, key) is None:
         return locked("That API key is unknown or revoked.", next_path)
     return with_key_cookie(RedirectResponse(local_path(next_path), status_code=303), key, request.url.scheme == "https")
+
+
+def log_out(request: Request) -> Response:
+    if not same_site_form(request):
+        return locked("Log out from this site's own pages.", "/", status_code=403)
+    response = RedirectResponse("/", status_code=303)
+    response.delete_cookie(COOKIE, path="/", httponly=True, samesite="strict", secure=request.url.scheme == "https")
+    return response
 
 
 GateDep = Annotated[Response | None, Depends(gate)]

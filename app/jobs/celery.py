@@ -11,12 +11,13 @@ def make_celery(settings: Settings, *, register_tasks: bool = False) -> Celery:
     app = Celery("kaudit", broker=settings.celery_broker, set_as_current=False)
     transport: dict[str, object] = {"visibility_timeout": settings.visibility_timeout_s}
     if settings.celery_broker.startswith("filesystem"):
-        for sub in ("in", "processed"):
+        for sub in ("in", "processed", "control"):
             (settings.broker_dir / sub).mkdir(parents=True, exist_ok=True)
         transport = {
             "data_folder_in": str(settings.broker_dir / "in"),
             "data_folder_out": str(settings.broker_dir / "in"),
             "processed_folder": str(settings.broker_dir / "processed"),
+            "control_folder": str(settings.broker_dir / "control"),  # kombu's default is ./control, in the cwd
             "store_processed": False,
             "polling_interval": 0.05,
         }
@@ -38,6 +39,9 @@ def make_celery(settings: Settings, *, register_tasks: bool = False) -> Celery:
         worker_hijack_root_logger=False,
         worker_send_task_events=False,
         broker_pool_limit=20,
+        # a new pool process reports up only after worker_process_init (torch, the engine, the catalogue): Celery's
+        # 4 s default SIGKILLs it mid-import under load, again and again (Settings.worker_proc_alive_timeout_s)
+        worker_proc_alive_timeout=settings.worker_proc_alive_timeout_s,
     )
     if register_tasks:
         from app.audits import reaper

@@ -14,9 +14,11 @@ from app.auth.principal import Principal
 from app.core.errors import ApiError, error_response
 from app.definitions.service import store_definition
 from app.models import Problem, Submission
+from app.problems import access as problem_access
 from app.submissions import repository, service
 from app.submissions.cursor import BadCursor
 from app.submissions.devices import NoDeviceForSolution, choose_device
+from app.submissions.disclosure import Disclosure, disclosure
 from app.submissions.parsing import SubmissionBody
 from app.submissions.schemas import (
     FieldError,
@@ -60,10 +62,9 @@ def invalid_response(errors: list[FieldError]) -> JSONResponse:
     return error_response(422, "invalid solution", errors)
 
 
-def _entry_errors(session: Session, solution: Solution) -> list[FieldError]:
+def _entry_errors(problem: Problem, solution: Solution) -> list[FieldError]:
     """The cheap checks intake would fail on (parse, entry point, arity), answered now rather than after the queue."""
-    problem = session.get(Problem, solution.definition)
-    if problem is None or solution.spec.language in ("cuda", "cpp"):
+    if solution.spec.is_cpp:
         return []
     inputs, outputs = list(problem.definition.get("inputs", {})), list(problem.definition.get("outputs", {}))
     return [FieldError(field=p.field, reason=p.reason) for p in check_entry(solution, inputs, outputs)]
@@ -108,19 +109,21 @@ def submit(
     try:
         device = choose_device(solution, services.settings)
     except NoDeviceForSolution as err:
-        return invalid_response([FieldError(field="spec.target_hardware", reason=str(err))])
-    if body.bundle is not None:  # the definition came with the solution: store it (by content) in this transaction
-        store_definition(uow, services, principal, body.bundle)
-    known = services.problems.get(uow.session)
-    if solution.definition not in known:
-        raise ApiError(404, f"unknown definition '{solution.definition[:200]}'; known: {', '.join(sorted(known))}",
+        return invalid_response([FieldError(field=err.field, reason=str(err))])
+    # the definition came with the solution: stored (by content) in this transaction, in the caller's namespace;
+    # else the name resolves to a problem this caller may see (app.problems.access)
+    problem = (store_definition(uow, services, principal, body.bundle)[0] if body.bundle is not None
+               else problem_access.find(uow.session, principal, solution.definition))
+    if problem is None:
+        known = problem_access.visible_names(uow.session, principal)
+        raise ApiError(404, f"unknown definition '{solution.definition[:200]}'; known: {', '.join(known)}",
                        [FieldError(field="definition", reason="not in the catalogue; see GET /v1/problems")])
-    entry_errors = _entry_errors(uow.session, solution)
+    entry_errors = _entry_errors(problem, solution)
     if entry_errors:
         return invalid_response(entry_errors)
     try:
-        acc = service.submit(uow, services.settings, principal, problem_name=solution.definition,
-                             problem_hash=known[solution.definition], solution_name=solution.name, data=data,
+        acc = service.submit(uow, services.settings, principal, problem_name=problem.name,
+                             problem_hash=problem.content_hash, solution_name=solution.name, data=data,
                              idempotency_key=idempotency_key, device=device, token_stats=body.token_stats)
     except service.IdempotencyConflict as err:
         raise ApiError(409, str(err), [FieldError(field="Idempotency-Key", reason=str(err))]) from err
@@ -128,8 +131,11 @@ def submit(
 
 
 def _visible(session: Session, submission_id: str, principal: Principal) -> Submission:
+    """The submission, for a caller who may see its private details (app/submissions/disclosure.py, the rule the
+    dashboard follows too); 404 to anyone else: this record is all private detail, and its public part (statuses,
+    numbers) is what the leaderboard and the dashboard show."""
     sub = repository.get(session, submission_id) if _ID.fullmatch(submission_id) else None
-    if sub is None or (sub.api_key_id != principal.key_id and not principal.is_admin):
+    if sub is None or disclosure(principal, sub.api_key_id) is not Disclosure.full:
         raise ApiError(404, f"no submission '{submission_id[:64]}'")
     return sub
 
@@ -162,7 +168,7 @@ def get_submission(submission_id: str, principal: PrincipalDep, session: Session
 def reaudit(submission_id: str, principal: AdminDep, services: ServicesDep, uow: UnitOfWorkDep) -> Response:
     """Audit a stored submission again, with a fresh secret seed (admin)."""
     sub = _visible(uow.session, submission_id, principal)
-    known = services.problems.get(uow.session)
+    known = services.problems.every(uow.session)  # private uploads too: re-audits are an admin's
     if sub.problem_name not in known:
         raise ApiError(404, f"problem '{sub.problem_name}' is no longer in the catalogue")
     return _accepted(service.reaudit(uow, services.settings, sub, known[sub.problem_name]))
