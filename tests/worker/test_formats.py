@@ -127,6 +127,46 @@ def test_workload_lines_are_validated_with_their_line_number(tmp_path: Path) -> 
     assert w.inputs["eps"].value == 1e-6  # type: ignore[union-attr]
 
 
+def _traced(definition: str, workload: dict) -> dict:
+    """A workload.jsonl line as SOL-ExecBench's dataset also stores it: a trace carrying only its workload."""
+    return {"definition": definition, "workload": workload, "solution": None, "evaluation": None}
+
+
+def test_workload_lines_may_be_bare_or_wrapped_as_workload_traces(tmp_path: Path) -> None:
+    p = tmp_path / "workload.jsonl"
+    bare = {"uuid": "a", "axes": {"n": 4}, "inputs": {"x": {"type": "random"}}}
+    wrapped = {"uuid": "b", "axes": {"n": 8}, "inputs": {"x": {"type": "random"}, "eps": {"type": "scalar", "value": 0.5}}}
+    p.write_text(json.dumps(bare) + "\n" + json.dumps(_traced("toy", wrapped)) + "\n")
+    for named in (None, "toy"):  # the older one-argument call reads it too
+        a, b = load_workloads(p, named) if named else load_workloads(p)
+        assert (a.uuid, a.axes, b.uuid, b.axes) == ("a", {"n": 4}, "b", {"n": 8})
+        assert b.inputs["eps"].value == 0.5  # type: ignore[union-attr]
+        assert "definition" not in b.model_dump() and "workload" not in b.model_dump()  # the wrapper is not kept
+
+
+def test_a_wrapped_workload_of_another_definition_is_refused_with_its_line(tmp_path: Path) -> None:
+    p = tmp_path / "workload.jsonl"
+    w = {"uuid": "a", "axes": {"n": 4}, "inputs": {"x": {"type": "random"}}}
+    p.write_text(json.dumps(w) + "\n" + json.dumps(_traced("other_op", {**w, "uuid": "b"})) + "\n")
+    with pytest.raises(FormatError) as info:
+        load_workloads(p, "toy")
+    assert f"{p}:2" in str(info.value) and "'other_op', not of 'toy'" in str(info.value)
+    # without a definition to match, one file's wrapped lines must still agree with each other
+    p.write_text(json.dumps(_traced("toy", w)) + "\n" + json.dumps(_traced("other_op", {**w, "uuid": "b"})) + "\n")
+    with pytest.raises(FormatError) as info:
+        load_workloads(p)
+    assert f"{p}:2" in str(info.value) and "line 1's" in str(info.value)
+    # the wrapped workload is validated like a bare one, and the error names its line
+    p.write_text(json.dumps(_traced("toy", {"uuid": "c", "inputs": {"x": {"type": "safetensors", "path": "t.st"}}})) + "\n")
+    with pytest.raises(FormatError) as info:
+        load_workloads(p, "toy")
+    assert f"{p}:1" in str(info.value) and "tensor_key" in str(info.value)
+    # a wrapper that names no definition is not a workload trace
+    p.write_text(json.dumps({"workload": w, "solution": None}) + "\n")
+    with pytest.raises(FormatError, match="definition"):
+        load_workloads(p, "toy")
+
+
 def test_python_file_shorthand(tmp_path: Path) -> None:
     f = tmp_path / "my_kernel.py"
     f.write_text("import triton\n\ndef run(x, eps, y):\n    y.copy_(x)\n")

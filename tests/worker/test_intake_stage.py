@@ -4,11 +4,15 @@ language on a CPU audit. Later stages are skipped. It also shows how the file wa
 
 from __future__ import annotations
 
+import importlib.util
+
 import pytest
+import torch
 
 from worker.catalogue import load_catalogue
 from worker.engine import run_audit
 from worker.formats import Language, Solution, SolutionSpec, SourceFile
+from worker.stages.intake import DSL_PACKAGES, missing_dsl_packages
 from worker.stages.result import StageStatus, Verdict
 
 GOOD = "import torch\n\ndef run(indices, grad_output, num_embeddings, padding_idx, grad_weight):\n    grad_weight.zero_()\n"
@@ -37,8 +41,12 @@ CPP = "#include <torch/extension.h>\nvoid run(torch::Tensor i, torch::Tensor g, 
         (_solution(CPP, languages=["cuda_cpp"], entry="k.cu::run"), StageStatus.error, "not supported yet"),
         (_solution(CPP, languages=["cublas"], entry="k.cpp::run"), StageStatus.error, "compiled C++"),
         (_solution(GOOD, languages=["cute_dsl"]), StageStatus.error, "['cute_dsl'] run only on an NVIDIA GPU (CUDA), and this audit runs on cpu"),
+        (_solution(GOOD, languages=["cutile"]), StageStatus.error, "['cutile'] run only on an NVIDIA GPU (CUDA), and this audit runs on cpu"),
+        (_solution(GOOD, languages=["cudnn_frontend", "pytorch"]), StageStatus.error,
+         "['cudnn_frontend'] run only on an NVIDIA GPU (CUDA), and this audit runs on cpu"),
     ],
-    ids=["wrong-definition", "missing-entry", "arity", "syntax", "import-error", "cuda_cpp", "cublas", "cute_dsl-on-cpu"],
+    ids=["wrong-definition", "missing-entry", "arity", "syntax", "import-error", "cuda_cpp", "cublas", "cute_dsl-on-cpu",
+         "cutile-on-cpu", "cudnn_frontend-on-cpu"],
 )
 def test_intake_fails_alone_and_later_stages_are_skipped(solution: Solution, status: StageStatus, needle: str) -> None:
     problem = load_catalogue().get("embedding_backward")
@@ -84,3 +92,48 @@ def test_the_sandbox_refuses_a_path_alias_the_model_was_bypassed_for() -> None:
         sources=[SourceFile(path="k.py", content=GOOD), SourceFile.model_construct(path="k.py/", content="raise SystemExit\n")])
     (intake,) = run_audit(problem, forged, stages=["intake"]).stages[:1]
     assert intake.status is StageStatus.failed and "not in canonical form: 'k.py/'" in intake.summary, intake.summary
+
+
+def _have(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ImportError:
+        return False
+
+
+HAVE_CUTE_DSL = _have(DSL_PACKAGES["cute_dsl"].module)
+# a trivial CuTe DSL solution: a Python module that imports its DSL, then does the work in torch
+CUTE_DSL_MODULE = "import cutlass\nimport cutlass.cute as cute\n\n" + GOOD
+
+
+@pytest.mark.skipif(HAVE_CUTE_DSL, reason="this worker has the CuTe DSL: nothing is missing")
+def test_a_missing_dsl_package_is_named_with_what_to_install() -> None:
+    (line,) = missing_dsl_packages(["pytorch", "cute_dsl"])
+    assert line.startswith("cute_dsl needs the CuTe DSL (Python module 'cutlass')"), line
+    assert "install nvidia-cutlass-dsl" in line and "`gpu` extra (pip install 'kernel-audit[gpu]')" in line, line
+    assert missing_dsl_packages(["pytorch", "triton"]) == []  # installed with kernel-audit itself
+
+
+@pytest.mark.skipif(HAVE_CUTE_DSL, reason="this worker has the CuTe DSL: the import succeeds")
+def test_a_load_error_naming_a_dsl_module_says_which_package_to_install() -> None:
+    """Declared as pytorch, so it loads on the CPU: its import of the CuTe DSL fails in the sandbox, and the error
+    names the package and the extra that provide it."""
+    problem = load_catalogue().get("embedding_backward")
+    (intake,) = run_audit(problem, _solution(CUTE_DSL_MODULE), stages=["intake"]).stages[:1]
+    assert intake.status is StageStatus.failed, intake.summary
+    assert "No module named 'cutlass'" in intake.summary, intake.summary
+    assert "nvidia-cutlass-dsl" in intake.summary and "kernel-audit[gpu]" in intake.summary, intake.summary
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_a_cute_dsl_module_loads_on_cuda_like_a_pytorch_one() -> None:
+    problem = load_catalogue().get("embedding_backward")
+    (intake,) = run_audit(problem, _solution(CUTE_DSL_MODULE, languages=["cute_dsl"]), device="cuda",
+                          stages=["intake"]).stages[:1]
+    if HAVE_CUTE_DSL:
+        assert intake.status is StageStatus.passed, intake.summary
+        assert intake.evidence["languages"] == ["cute_dsl"] and "entry point imports" in intake.summary
+    else:  # a GPU worker set up without the `gpu` extra: inconclusive, and it says what to install
+        assert intake.status is StageStatus.error, intake.summary
+        assert "nvidia-cutlass-dsl" in intake.summary and "kernel-audit[gpu]" in intake.summary, intake.summary

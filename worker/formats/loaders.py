@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import TypeVar
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from worker.formats.definition import Definition
 from worker.formats.exceptions import FormatError, describe_validation_error
@@ -43,12 +43,30 @@ def load_solution(path: Path) -> Solution:
     return parse_model(Solution, _read_json(path), str(path))
 
 
-def load_workloads(path: Path) -> list[Workload]:
+class WorkloadTrace(BaseModel):
+    """A workload.jsonl line in SOL-ExecBench's dataset form: a trace that carries only its workload
+    (`{"definition": ..., "workload": {...}, "solution": null, "evaluation": null}`)."""
+
+    model_config = ConfigDict(extra="allow")
+    definition: str = Field(min_length=1)
+    workload: dict[str, object]
+
+
+def _is_wrapped(data: object) -> bool:
+    # a bare workload always has `inputs` at the top; a trace has them one level down, under `workload`
+    return isinstance(data, dict) and isinstance(data.get("workload"), dict) and "inputs" not in data
+
+
+def load_workloads(path: Path, definition: str | None = None) -> list[Workload]:
+    """Every workload in a workload.jsonl, each line bare or wrapped as a workload trace (both occur in
+    SOL-ExecBench's dataset). A wrapped line must name `definition` when the caller gives one; without it, every
+    wrapped line must name the same definition (a file that mixes two is not one definition's workloads)."""
     try:
         lines = path.read_text().splitlines()
     except FileNotFoundError as err:
         raise FormatError(str(path), ["file not found"]) from err
     out = []
+    named: tuple[str, int] | None = (definition, 0) if definition is not None else None
     for i, line in enumerate(lines, start=1):
         if not line.strip():
             continue
@@ -56,6 +74,15 @@ def load_workloads(path: Path) -> list[Workload]:
             data = json.loads(line)
         except json.JSONDecodeError as err:
             raise FormatError(f"{path}:{i}", [f"not valid JSON: {err}"]) from err
+        if _is_wrapped(data):
+            trace = parse_model(WorkloadTrace, data, f"{path}:{i}")
+            if named is None:
+                named = (trace.definition, i)
+            elif trace.definition != named[0]:
+                whose = "the definition being loaded" if named[1] == 0 else f"line {named[1]}'s"
+                raise FormatError(f"{path}:{i}", [f"definition: a workload of '{trace.definition}', not of "
+                                                  f"'{named[0]}' ({whose})"])
+            data = trace.workload
         out.append(parse_model(Workload, data, f"{path}:{i}"))
     return out
 

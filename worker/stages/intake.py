@@ -4,14 +4,70 @@ in the summary and under evidence.compat_notes."""
 
 from __future__ import annotations
 
+import importlib.util
+import re
+from collections.abc import Iterable
+from typing import Final, NamedTuple
+
 from worker.context import AuditContext
 from worker.formats.entry_check import check_entry
-from worker.formats.languages import CPP_LANGUAGES, PYTHON_LANGUAGES
+from worker.formats.languages import CPP_LANGUAGES, PYTHON_LANGUAGES, Language
 from worker.formats.solution import MAX_SOURCE_BYTES
 from worker.sandbox import SandboxError
 from worker.stages.result import StageResult, StageStatus
 
 NAME = "intake"
+
+GPU_EXTRA: Final = "pip install 'kernel-audit[gpu]'"
+
+
+class DslPackage(NamedTuple):
+    module: str  # what a solution in that language imports
+    distribution: str  # what provides it: one of pyproject's `gpu` extra
+    what: str  # its name in messages
+
+
+# The Python-loaded GPU languages are plain modules that import their DSL; the sandbox imports them like a pytorch
+# kernel, so the one thing a worker must add is the DSL package itself (pins: pyproject's `gpu` extra)
+DSL_PACKAGES: Final[dict[Language, DslPackage]] = {
+    "cute_dsl": DslPackage("cutlass", "nvidia-cutlass-dsl", "the CuTe DSL"),
+    "cutile": DslPackage("cuda.tile", "cuda-tile", "cuTile"),
+    "cudnn_frontend": DslPackage("cudnn", "nvidia-cudnn-frontend", "the cuDNN frontend"),
+}
+
+_NO_MODULE = re.compile(r"No module named '([^']+)'")
+
+
+def _installed(module: str) -> bool:
+    """Whether `module` can be imported here, without importing it (a DSL's import is slow and starts CUDA work);
+    for a dotted name only its parents are imported (for cuTile, `cuda`: a light package)."""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def install_hint(package: DslPackage) -> str:
+    return f"install {package.distribution}, pinned by kernel-audit's `gpu` extra ({GPU_EXTRA})"
+
+
+def missing_dsl_packages(languages: Iterable[Language]) -> list[str]:
+    """For each language whose DSL package this worker lacks: what is missing and what to install."""
+    return [f"{lang} needs {pkg.what} (Python module '{pkg.module}'), which this worker does not have: {install_hint(pkg)}"
+            for lang in languages if (pkg := DSL_PACKAGES.get(lang)) is not None and not _installed(pkg.module)]
+
+
+def load_error_hint(message: str) -> str:
+    """A load error that names a DSL module this worker lacks ("No module named 'cutlass'") says what to install."""
+    m = _NO_MODULE.search(message)
+    if m is None:
+        return ""
+    missing = m.group(1)
+    for pkg in DSL_PACKAGES.values():
+        # `cuda.tile` is missing as 'cuda' when no cuda namespace package is installed at all
+        if missing == pkg.module or missing.startswith(pkg.module + ".") or pkg.module.startswith(missing + "."):
+            return f"; {pkg.what} is Python module '{pkg.module}': {install_hint(pkg)}"
+    return ""
 
 
 def _notes_suffix(notes: list[str]) -> str:
@@ -44,6 +100,10 @@ def run(ctx: AuditContext) -> StageResult:
                      f"{ctx.device}: audit it on a GPU worker" + _notes_suffix(notes)),
             evidence=evidence,
         )
+    missing = missing_dsl_packages(sol.spec.languages)
+    if missing:  # the worker's setup, not the solution, is at fault: inconclusive, like any worker error
+        return StageResult(name=NAME, status=StageStatus.error, summary="; ".join(missing) + _notes_suffix(notes),
+                           evidence=evidence)
     size = sum(len(s.content.encode()) for s in sol.sources)
     problems += [p.reason for p in check_entry(sol, list(definition.inputs), list(definition.outputs))]
     metrics = {"source_bytes": size, "files": len(sol.sources), "limit_bytes": MAX_SOURCE_BYTES}
@@ -57,7 +117,7 @@ def run(ctx: AuditContext) -> StageResult:
         return StageResult(
             name=NAME,
             status=StageStatus.failed,
-            summary=f"the solution does not import: {err}" + _notes_suffix(notes),
+            summary=f"the solution does not import: {err}{load_error_hint(str(err))}" + _notes_suffix(notes),
             metrics=metrics,
             evidence={**evidence, "log": err.log[-2000:]},
         )
