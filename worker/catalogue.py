@@ -131,9 +131,9 @@ def load_problem(folder: Path) -> Problem:
         if spec_path.exists()
         else AuditSpec()
     )
-    gpu = tuple(load_workloads(folder / "workload.jsonl"))
+    gpu = tuple(load_workloads(folder / "workload.jsonl", definition.name))
     cpu_path = folder / "workload_cpu.jsonl"
-    cpu = tuple(load_workloads(cpu_path)) if cpu_path.exists() else gpu
+    cpu = tuple(load_workloads(cpu_path, definition.name)) if cpu_path.exists() else gpu
     for w in (*gpu, *cpu):
         unknown = set(w.inputs) - set(definition.inputs)
         if unknown:
@@ -167,7 +167,8 @@ class Catalogue:
 def load_catalogue(root: Path = DEFAULT_ROOT) -> Catalogue:
     problems = {}
     for d in sorted(root.iterdir()):
-        if (d / "definition.json").exists():
+        # a dot-folder is an import or upload still being written (worker.dataset_import, worker.uploaded)
+        if not d.name.startswith(".") and (d / "definition.json").exists():
             p = load_problem(d)
             problems[p.name] = p
     return Catalogue(problems=problems)

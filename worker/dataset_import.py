@@ -20,13 +20,12 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
-from typing import Any
 
 from pydantic import BaseModel, Field
 
-from worker.formats import Definition, Workload
+from worker.formats import Definition
 from worker.formats.exceptions import FormatError
-from worker.formats.loaders import load_definition, parse_model
+from worker.formats.loaders import load_definition, load_workloads, parse_model
 
 PROVENANCE = "provenance.json"
 BLOBS = "data"
@@ -72,23 +71,6 @@ def problem_folders(root: Path) -> list[Path]:
     return out
 
 
-def _workloads(path: Path, definition: str) -> list[Workload]:
-    out = []
-    for i, line in enumerate(path.read_text().splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            data: Any = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise FormatError(f"{path}:{i}", [f"not valid JSON: {err}"]) from err
-        if isinstance(data, dict) and isinstance(data.get("workload"), dict):  # a workload trace
-            if data.get("definition") not in (None, definition):
-                raise FormatError(f"{path}:{i}", [f"a workload of '{data.get('definition')}', not of '{definition}'"])
-            data = data["workload"]
-        out.append(parse_model(Workload, data, f"{path}:{i}"))
-    return out
-
-
 def _inside(root: Path, rel: str) -> Path:
     """`rel` resolved under `root`, refused if it leaves it (after following links)."""
     p = Path(rel)
@@ -111,10 +93,12 @@ def _definition(folder: Path) -> Definition:
 def import_problem(root: Path, folder: Path, dest: Path) -> ImportedProblem:
     definition = _definition(folder)
     wpath = folder / "workload.jsonl"
-    workloads = _workloads(wpath, definition.name) if wpath.is_file() else []
+    workloads = load_workloads(wpath, definition.name) if wpath.is_file() else []
     if not workloads:
         raise FormatError(str(wpath), ["no workloads"])
     target = dest / definition.name
+    if target.exists() and provenance_of(target) is None:
+        raise ValueError(f"'{target}' is a catalogue folder no import wrote: not replaced")
     staging = dest / f".{definition.name}.partial"
     shutil.rmtree(staging, ignore_errors=True)
     (staging / BLOBS).mkdir(parents=True)
