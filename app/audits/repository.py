@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session
 
 from app.audits.status import FINISHED, AuditStatus
 from app.core.db import utcnow
-from app.core.jsonsafe import jsonable
+from app.core.jsonsafe import jsonable, storable_text
 from app.models import Audit, StageResultRow, Submission
 
 
@@ -78,10 +78,11 @@ def heartbeat(session: Session, audit_id: str, owner: str, lease_s: float) -> bo
 
 def store_stage(session: Session, audit_id: str, owner: str | None, *, name: str, position: int, status: str, summary: str,
                 metrics: dict[str, Any], evidence: dict[str, Any], duration_s: float, lease_s: float, replace: bool = False) -> bool:
-    """Write one stage result, once per (audit, stage), only while holding the lease. False if the lease is lost."""
+    """Write one stage result, once per (audit, stage), only while holding the lease. False if the lease is lost.
+    Its text is the kernel's to choose (exception text, output, file names): stored cleaned (app.core.jsonsafe)."""
     if owner is not None and not heartbeat(session, audit_id, owner, lease_s):
         return False
-    values = dict(audit_id=audit_id, name=name, position=position, status=status, summary=summary, metrics=jsonable(metrics),
+    values = dict(audit_id=audit_id, name=name, position=position, status=status, summary=storable_text(summary), metrics=jsonable(metrics),
                   evidence=jsonable(evidence), duration_s=duration_s, worker=owner, created_at=utcnow())
     dialect = session.get_bind().dialect.name
     insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
@@ -101,7 +102,7 @@ def finish(session: Session, audit_id: str, owner: str | None, status: str, verd
     if owner is not None:
         cond.append(Audit.lease_owner == owner)
     res = session.execute(update(Audit).where(*cond).values(
-        status=status, verdict=verdict, summary=summary[:4000], finished_at=utcnow(), lease_owner=None, lease_expires_at=None))
+        status=status, verdict=verdict, summary=storable_text(summary[:4000]), finished_at=utcnow(), lease_owner=None, lease_expires_at=None))
     return res.rowcount == 1
 
 
@@ -148,4 +149,10 @@ def count_queued(session: Session, queue: str) -> int:
 def mark_enqueued(session: Session, audit_ids: list[str]) -> None:
     if audit_ids:
         session.execute(update(Audit).where(Audit.id.in_(audit_ids), Audit.status == AuditStatus.queued).values(enqueued_at=utcnow()))
-    
+
+
+def failed_stages(session: Session, audit_id: str) -> list[str]:
+    """The audit's stored stages that failed, in the order they ran (the verdict not counted)."""
+    return list(session.scalars(select(StageResultRow.name).where(
+        StageResultRow.audit_id == audit_id, StageResultRow.status == "failed", StageResultRow.name != "verdict")
+        .order_by(StageResultRow.position)))

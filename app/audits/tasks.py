@@ -13,15 +13,15 @@ import uuid
 from celery import Celery, signals
 from celery.exceptions import SoftTimeLimitExceeded
 
-from app.audits import events, repository
+from app.audits import events, repository, results
 from app.audits.lease import Heartbeat
 from app.audits.queue import AUDIT_TASK
 from app.audits.status import AuditStatus
 from app.core.settings import Settings
-from app.definitions.service import ORIGIN_UPLOADED
 from app.jobs.resources import ProcessLocal, WorkerResources
 from app.models import Problem as ProblemRow
 from app.models import StageResultRow, SubmissionTokenStats
+from app.problems.namespaces import ORIGIN_UPLOADED
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +61,21 @@ def run_one(local: ProcessLocal, audit_id: str) -> str:
         return finish(AuditStatus.timed_out, "error", f"timed_out: the audit ran past its {settings.soft_time_limit_s} s limit")
     except Exception as err:  # a bug on the trusted side is an error verdict, not an audit stuck in 'running'
         log.exception("audit %s failed inside the worker", audit_id)
-        return finish(AuditStatus.error, "error", f"error: internal error in the worker: {type(err).__name__}: {err}")
+        return _finish_after_internal_error(res, audit_id, err, finish)
+
+
+def _finish_after_internal_error(res: WorkerResources, audit_id: str, err: Exception, finish) -> str:  # type: ignore[no-untyped-def]
+    """An internal error ends the audit, but never hides a failure already established (a failed stage outranks an
+    error, as in the verdict): an audit with a failed stage finishes failed, whatever broke after it."""
+    with res.sessions() as s:
+        failed = repository.failed_stages(s, audit_id)
+    if isinstance(err, results.StageNotStored) and err.status == "failed" and err.stage not in failed:
+        failed.append(err.stage)
+    what = results.internal_error_text(err)
+    if failed:
+        return finish(AuditStatus.failed, "fail", f"fail: caught by {failed[0]}; the audit then stopped on an internal "
+                                                  f"error in the worker: {what}")
+    return finish(AuditStatus.error, "error", f"error: internal error in the worker: {what}")
 
 
 def _run_claimed(res: WorkerResources, audit_id: str, device: str, stages: str | None, seed: int, problem_name: str,
@@ -87,17 +101,18 @@ def _run_claimed(res: WorkerResources, audit_id: str, device: str, stages: str |
                           duration_s=r.duration_s) for r in stored.values()]
 
     def store(result: StageResult) -> None:
-        with res.sessions.begin() as s:
-            ok = repository.store_stage(
-                s, audit_id, owner, name=result.name, position=ORDER.index(result.name),
-                status=result.status.value, summary=result.summary, metrics=result.metrics, evidence=result.evidence,
-                duration_s=result.duration_s, lease_s=settings.lease_s, replace=result.name == "verdict")
-            if ok:
-                events.stage_completed(s, audit_id, result.name, result.status.value, result.summary)
+        record = results.StageRecord(name=result.name, position=ORDER.index(result.name), status=result.status.value,
+                                     summary=result.summary, metrics=result.metrics, evidence=result.evidence,
+                                     duration_s=result.duration_s)
+        ok = results.store(res.sessions, audit_id, owner, record, lease_s=settings.lease_s, replace=result.name == "verdict")
         if not ok or hb.lost.is_set():
             raise LeaseLost(audit_id)
 
-    report = run_audit(problem, Solution.model_validate(source), device=device, stages=stages or settings.audit_stages,
+    solution = Solution.model_validate(source)
+    if solution.definition == problem_name != problem.definition.name:
+        # it named the upload by its address ('name@namespace'), which the API resolved: intake compares names
+        solution = solution.model_copy(update={"definition": problem.definition.name})
+    report = run_audit(problem, solution, device=device, stages=stages or settings.audit_stages,
                        seed=seed, on_stage=store, resume=resume, budget=settings.audit_budget(device),
                        isolation=settings.isolation, interrupts=(SoftTimeLimitExceeded,), pool=res.sandbox_pool(device))
     return finish(AuditStatus(report.outcome.value), report.verdict.value, report.summary)
@@ -170,8 +185,13 @@ def register(app: Celery, settings: Settings) -> None:
     local = ProcessLocal(settings)
 
     @signals.worker_init.connect(weak=False)
-    def _check_isolation(**_kw) -> None:  # type: ignore[no-untyped-def]
+    def _check_isolation(sender=None, **_kw) -> None:  # type: ignore[no-untyped-def]
         refuse_unless_isolated(settings)
+        # each sandbox child's memory limit is a share of the host per concurrent audit (worker.sandbox.memory);
+        # set before the pool forks, so every pool process inherits it
+        concurrency = getattr(sender, "concurrency", None)
+        if isinstance(concurrency, int) and concurrency > 0:
+            os.environ["KAUDIT_CONCURRENT_AUDITS"] = str(concurrency)
 
     @signals.worker_process_init.connect(weak=False)
     def _preload(**_kw) -> None:  # type: ignore[no-untyped-def]

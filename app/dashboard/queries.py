@@ -15,7 +15,8 @@ from sqlalchemy.orm import Session
 from app.audits import repository as audits
 from app.audits.status import FINISHED, AuditStatus
 from app.dashboard import plots
-from app.leaderboard.repository import STAGES, passes_every_stage
+from app.leaderboard.repository import STAGES
+from app.leaderboard.schemas import LeaderboardRow
 from app.models import Audit, LeaderboardEntry, Problem, StageResultRow, Submission
 
 E = LeaderboardEntry
@@ -43,11 +44,20 @@ class RowFilter(StrEnum):
 
 
 class BoardRow(BaseModel):
+    """A leaderboard entry (a kernel on one hardware, its identical runs folded in: the numbers are the entry's, as
+    GET /v1/leaderboard returns them, from app.leaderboard.ranking), or an unranked run (error, timed out, failed
+    benchmark, no speedup), shown on its own."""
+
     submission_id: str
     submitter: str
     solution_name: str
+    hardware: str | None
     kernel_ms: float | None
     speedup: float | None
+    speedup_ci: list[float] | None = None
+    runs: int = 1
+    tied: bool = False
+    indicative: bool = False
     passes_benchmark: bool | None
     status: str
     verdict: str | None
@@ -91,6 +101,11 @@ class SubmissionView(BaseModel):
     stages: list[StageView]
     benchmark_rank: int | None
     audited_rank: int | None
+    # a run of a kernel submitted before: the ranks above are that entry's, shown under its earliest submission
+    folded_into: str | None = None
+    entry_runs: int | None = None
+    hardware: str | None = None
+    speedup_ci: list[float] | None = None
 
 
 def problems(session: Session) -> list[ProblemSummary]:
@@ -106,33 +121,50 @@ def problems(session: Session) -> list[ProblemSummary]:
     return [ProblemSummary(name=name, description=(desc or "").strip().split("\n")[0][:200], submissions=counts.get(name, 0),
                            in_progress=active.get(name, 0), passed_benchmark=board.get(name, (0, 0))[0],
                            caught=board.get(name, (0, 0))[1])
-            for name, desc in session.execute(select(Problem.name, Problem.description).order_by(Problem.name))]
+            for name, desc in session.execute(select(Problem.name, Problem.description)
+                                              # public problems only: uploads are private until an admin publishes them
+                                              .where(Problem.public.is_(True), Problem.deleted_at.is_(None))
+                                              .order_by(Problem.name))]
 
 
 def _row(e: LeaderboardEntry) -> BoardRow:
-    audited = passes_every_stage(e)
-    return BoardRow(submission_id=e.submission_id, submitter=e.submitter, solution_name=e.solution_name, kernel_ms=e.kernel_ms,
-                    speedup=e.speedup, passes_benchmark=e.passes_benchmark, status=e.status, verdict=e.verdict,
-                    caught_by=e.caught_by, stages={s: getattr(e, f"{s}_status") for s in STAGES},
-                    benchmark_rank=e.benchmark_rank, audited_rank=e.audited_rank, audited=audited,
-                    caught=e.passes_benchmark is True and e.status == AuditStatus.failed, finished_at=e.finished_at)
+    stages = {s: getattr(e, f"{s}_status") for s in STAGES}
+    common = dict(submission_id=e.submission_id, submitter=e.submitter, solution_name=e.solution_name,
+                  hardware=e.hardware, passes_benchmark=e.passes_benchmark, status=e.status, stages=stages,
+                  benchmark_rank=e.benchmark_rank, audited_rank=e.audited_rank, finished_at=e.finished_at)
+    if e.row_json is not None:  # an entry: its numbers, verdict and catch cover every run folded into it
+        entry = LeaderboardRow.model_validate_json(e.row_json)
+        return BoardRow(**common, kernel_ms=entry.kernel_ms, speedup=entry.speedup, speedup_ci=entry.speedup_ci,
+                        runs=entry.runs, tied=entry.tied, indicative=entry.indicative, verdict=entry.verdict,
+                        caught_by=entry.caught_by, audited=e.audited_rank is not None,
+                        caught=e.audited_rank is None)
+    ci = [e.speedup_lo, e.speedup_hi] if e.speedup_lo is not None and e.speedup_hi is not None else None
+    return BoardRow(**common, kernel_ms=e.kernel_ms, speedup=e.speedup, speedup_ci=ci, indicative=bool(e.indicative),
+                    verdict=e.verdict, caught_by=e.caught_by,
+                    audited=e.passes_benchmark is True and e.status == AuditStatus.passed,
+                    caught=e.passes_benchmark is True and e.status == AuditStatus.failed)
 
 
-_FILTERS = {
-    RowFilter.all: True,
-    RowFilter.audited: and_(E.passes_benchmark.is_(True), E.status == AuditStatus.passed),
-    RowFilter.caught: and_(E.passes_benchmark.is_(True), E.status == AuditStatus.failed),
-    RowFilter.failed_benchmark: E.passes_benchmark.is_not(True),
-    RowFilter.error: E.status.in_((AuditStatus.error, AuditStatus.timed_out)),
-}
+def _shown(row: BoardRow, show: RowFilter) -> bool:
+    if show is RowFilter.audited:
+        return row.audited
+    if show is RowFilter.caught:
+        return row.caught
+    if show is RowFilter.failed_benchmark:
+        return row.passes_benchmark is not True
+    if show is RowFilter.error:
+        return row.status in (AuditStatus.error, AuditStatus.timed_out)
+    return True
 
 
 def board(session: Session, problem: str, show: RowFilter) -> list[BoardRow]:
-    """Every submission with a finished audit, in the benchmark's order (by speedup): a kernel the audit caught
-    stays where the benchmark alone would put it, marked, with no audited rank."""
-    stmt = (select(E).where(E.problem_name == problem, _FILTERS[show])
-            .order_by(E.benchmark_rank.is_(None), E.benchmark_rank, E.finished_at.desc()))
-    return [_row(e) for e in session.scalars(stmt)]
+    """Every entry of the problem's boards (app.leaderboard.ranking), hardware by hardware in rank order, then every
+    unranked run, latest first. A run folded into an entry (the same kernel submitted again) is not listed on its
+    own: the entry counts it. A kernel an audit caught stays where the benchmark puts it, marked, with no audited
+    rank."""
+    stmt = (select(E).where(E.problem_name == problem, E.folded_into.is_(None))
+            .order_by(E.position.is_(None), E.hardware, E.position, E.finished_at.desc()))
+    return [r for r in (_row(e) for e in session.scalars(stmt)) if _shown(r, show)]
 
 
 def in_progress(session: Session, problem: str) -> list[InProgress]:
@@ -165,11 +197,21 @@ def submission(session: Session, submission_id: str) -> SubmissionView | None:
     probes = next((r for r in rows if r.name == "probes"), None)
     budgets = (probes.evidence.get("budgets") or {}) if probes is not None and isinstance(probes.evidence, dict) else {}
     entry = session.get(LeaderboardEntry, sub.id)
+    current = entry is not None and entry.attempt == audit.attempt
+    shown = session.get(LeaderboardEntry, entry.folded_into) if current and entry is not None and entry.folded_into else entry
     stages = [StageView(name=r.name, status=r.status, summary=r.summary, diagnosis=_diagnosis(r), duration_s=r.duration_s,
                         evidence_json=_evidence(r) if done else None,
                         plots=plots.for_stage(r.name, r.metrics or {}, r.evidence or {}, budgets)) for r in rows]
     return SubmissionView(id=sub.id, problem=sub.problem_name, submitter=sub.submitter, solution_name=sub.solution_name,
                           created_at=sub.created_at, attempt=audit.attempt, status=audit.status, finished=done,
                           verdict=audit.verdict, summary=audit.summary, stages=stages,
-                          benchmark_rank=entry.benchmark_rank if entry is not None and entry.attempt == audit.attempt else None,
-                          audited_rank=entry.audited_rank if entry is not None and entry.attempt == audit.attempt else None)
+                          benchmark_rank=shown.benchmark_rank if current and shown is not None else None,
+                          audited_rank=shown.audited_rank if current and shown is not None else None,
+                          folded_into=entry.folded_into if current and entry is not None else None,
+                          entry_runs=shown.runs if current and shown is not None else None,
+                          hardware=entry.hardware if current and entry is not None else None,
+                          speedup_ci=_ci(entry) if current and entry is not None else None)
+
+
+def _ci(e: LeaderboardEntry) -> list[float] | None:
+    return [e.speedup_lo, e.speedup_hi] if e.speedup_lo is not None and e.speedup_hi is not None else None

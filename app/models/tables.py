@@ -18,6 +18,7 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    true,
 )
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
@@ -40,6 +41,14 @@ class Problem(Base):
                                         doc="catalogue (a folder under kernels/) or uploaded (POST /v1/definitions)")
     bundle: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True, doc="uploaded: definition and workloads")
     uploaded_by: Mapped[str | None] = mapped_column(ForeignKey("api_keys.id"), nullable=True)
+    # `name` is the problem's address. A catalogue problem's is its definition's name; an upload's is
+    # '<definition name>@<namespace>' (app.problems.namespaces), so an upload never takes a catalogue name
+    namespace: Mapped[str] = mapped_column(String(32), default="catalogue", server_default="catalogue",
+                                           doc="catalogue, or the uploading API key's namespace")
+    public: Mapped[bool] = mapped_column(Boolean, default=True, server_default=true(),
+                                         doc="false: an upload only its owner and admins see, until an admin publishes it")
+    deleted_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True,
+                                                        doc="deleted by its owner or an admin; kept for its submissions")
 
 
 class ApiKey(Base):
@@ -178,6 +187,10 @@ class WebhookAttempt(Base):
     status_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
     latency_ms: Mapped[float] = mapped_column(Float)
     error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    outcome: Mapped[str] = mapped_column(String(16), doc="this attempt's own result: delivered (a 2xx) or failed")
+    retry_at: Mapped[datetime | None] = mapped_column(
+        DateTime, nullable=True,
+        doc="failed: when the backoff scheduled the next attempt; null when none was (delivered, out of attempts, or disabled)")
 
 
 class LeaderboardEntry(Base):
@@ -208,10 +221,20 @@ class LeaderboardEntry(Base):
     benchmark_status: Mapped[str | None] = mapped_column(String(16), nullable=True)
     probes_status: Mapped[str | None] = mapped_column(String(16), nullable=True)
     canary_status: Mapped[str | None] = mapped_column(String(16), nullable=True)
-    rank: Mapped[int | None] = mapped_column(Integer, nullable=True, doc="GET /v1/leaderboard: best benchmark-passing per submitter")
-    sound_rank: Mapped[int | None] = mapped_column(Integer, nullable=True, doc="the same among numerically sound kernels")
-    benchmark_rank: Mapped[int | None] = mapped_column(Integer, nullable=True, doc="by speedup, every benchmark-passing kernel")
-    audited_rank: Mapped[int | None] = mapped_column(Integer, nullable=True, doc="by speedup, kernels passing every stage")
+    # ranks come from app.leaderboard.ranking, on the run's board (problem, hardware); a folded run has none
+    rank: Mapped[int | None] = mapped_column(Integer, nullable=True, doc="GET /v1/leaderboard: the benchmark board's rank")
+    sound_rank: Mapped[int | None] = mapped_column(Integer, nullable=True, doc="GET /v1/leaderboard?sound_only: the audited board's")
+    benchmark_rank: Mapped[int | None] = mapped_column(Integer, nullable=True, doc="the dashboard's: the same as rank")
+    audited_rank: Mapped[int | None] = mapped_column(Integer, nullable=True, doc="the dashboard's: the same as sound_rank")
+    kernel_hash: Mapped[str | None] = mapped_column(String(64), nullable=True, doc="sources + entry point + languages")
+    hardware: Mapped[str | None] = mapped_column(String(200), nullable=True, doc="cpu, or the GPU's name: the board")
+    speedup_lo: Mapped[float | None] = mapped_column(Float, nullable=True, doc="the run's speedup interval")
+    speedup_hi: Mapped[float | None] = mapped_column(Float, nullable=True)
+    indicative: Mapped[bool | None] = mapped_column(Boolean, nullable=True, doc="CPU figures: indicative only")
+    folded_into: Mapped[str | None] = mapped_column(String(32), nullable=True, doc="the entry (submission) this identical run is shown in")
+    runs: Mapped[int | None] = mapped_column(Integer, nullable=True, doc="an entry: how many identical runs it folds in")
+    position: Mapped[int | None] = mapped_column(Integer, nullable=True, doc="order on the benchmark board (ties share a rank)")
+    sound_position: Mapped[int | None] = mapped_column(Integer, nullable=True, doc="order on the audited board")
     finished_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
     row_json: Mapped[str | None] = mapped_column(Text, nullable=True, doc="this row of GET /v1/leaderboard, serialised (rank)")
     sound_row_json: Mapped[str | None] = mapped_column(Text, nullable=True, doc="the same with sound_only=true (sound_rank)")

@@ -1,28 +1,54 @@
 from __future__ import annotations
 
-from fastapi import APIRouter, HTTPException
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Request, Response
 
 from app.api.deps import ServicesDep, SessionDep, UnitOfWorkDep
-from app.auth.dependencies import AdminDep
-from app.problems import service
+from app.auth.dependencies import AdminDep, PrincipalDep, get_principal
+from app.auth.principal import Principal
+from app.auth.readers import require_reader
+from app.core.errors import ApiError, ErrorBody
+from app.models import Problem
+from app.problems import access, service
+from app.problems.namespaces import ORIGIN_CATALOGUE
 from app.problems.schemas import ProblemDetail, ProblemSummary, SyncResult
 
 router = APIRouter(prefix="/v1/problems", tags=["problems"])
+NOT_FOUND = {404: {"model": ErrorBody, "description": "unknown problem (or one this caller may not see)"}}
+
+
+async def get_viewer(request: Request, services: ServicesDep,
+                     reader: Annotated[Principal | None, Depends(require_reader)]) -> Principal | None:
+    """The caller, if it sent an API key (reads are public unless KAUDIT_PUBLIC_READ=false): uploads are private
+    to their owner and admins, so who asks decides what is listed."""
+    if reader is not None:
+        return reader
+    has_key = request.headers.get("authorization", "").lower().startswith("bearer ") or request.headers.get("x-api-key")
+    return await get_principal(request, services) if has_key else None
+
+
+ViewerDep = Annotated[Principal | None, Depends(get_viewer)]
+
+
+def _found(session: SessionDep, viewer: Principal | None, name: str) -> Problem:
+    row = access.find(session, viewer, name)
+    if row is None:
+        raise ApiError(404, f"unknown problem '{name[:200]}'")
+    return row
 
 
 @router.get("", response_model=list[ProblemSummary])
-def list_problems(session: SessionDep) -> list[ProblemSummary]:
-    """Every problem in the catalogue."""
-    return service.list_problems(session)
+def list_problems(session: SessionDep, viewer: ViewerDep) -> list[ProblemSummary]:
+    """The catalogue and published uploads; with an API key, also its own private uploads (an admin's: every upload)."""
+    return service.list_problems(session, viewer)
 
 
-@router.get("/{name}", response_model=ProblemDetail, responses={404: {"description": "unknown problem"}})
-def get_problem(name: str, services: ServicesDep, session: SessionDep) -> ProblemDetail:
-    """One problem, with its SOL-ExecBench definition."""
-    detail = service.get_problem(session, name) if name in services.problems.get(session) else None
-    if detail is None:
-        raise HTTPException(404, f"unknown problem '{name}'")
-    return detail
+@router.get("/{name}", response_model=ProblemDetail, responses=NOT_FOUND)
+def get_problem(name: str, session: SessionDep, viewer: ViewerDep) -> ProblemDetail:
+    """One problem, with its SOL-ExecBench definition. `name` is its address; a bare definition name the catalogue
+    does not have also finds the caller's own upload of that name."""
+    return service.detail(_found(session, viewer, name))
 
 
 @router.post("/sync", response_model=SyncResult, responses={403: {"description": "admin only"}})
@@ -31,3 +57,48 @@ def sync_problems(_admin: AdminDep, services: ServicesDep, uow: UnitOfWorkDep) -
     result = service.sync_and_enqueue(uow, services.settings)
     services.problems.invalidate()
     return result
+
+
+@router.post("/{name}/publish", response_model=ProblemDetail, responses={403: {"description": "admin only"}, **NOT_FOUND})
+def publish(name: str, admin: AdminDep, services: ServicesDep, uow: UnitOfWorkDep) -> ProblemDetail:
+    """Make an uploaded problem public (admin): listed for everyone, on the dashboard, and open to every submitter."""
+    row = _found(uow.session, admin, name)
+    row.public = True
+    uow.session.flush()
+    services.problems.invalidate()
+    return service.detail(row)
+
+
+@router.post("/{name}/unpublish", response_model=ProblemDetail,
+             responses={403: {"description": "admin only"}, 409: {"model": ErrorBody, "description": "a catalogue problem"},
+                        **NOT_FOUND})
+def unpublish(name: str, admin: AdminDep, services: ServicesDep, uow: UnitOfWorkDep) -> ProblemDetail:
+    """Make an uploaded problem private again (admin): only its owner and admins see it."""
+    row = _found(uow.session, admin, name)
+    if row.origin == ORIGIN_CATALOGUE:
+        raise ApiError(409, f"'{row.name}' is a catalogue problem, and catalogue problems are always public")
+    row.public = False
+    uow.session.flush()
+    services.problems.invalidate()
+    return service.detail(row)
+
+
+@router.delete("/{name}", status_code=204, responses={
+    403: {"model": ErrorBody, "description": "a published upload that is not the caller's"},
+    409: {"model": ErrorBody, "description": "a catalogue problem, or audits of it are queued or running"}, **NOT_FOUND})
+def delete(name: str, principal: PrincipalDep, services: ServicesDep, uow: UnitOfWorkDep) -> Response:
+    """Delete an uploaded problem (its owner, or an admin). Refused while audits of it are queued or running. Its
+    submissions and their results are kept and stay readable by their submitters; the problem is listed, found and
+    audited against no more."""
+    row = _found(uow.session, principal, name)
+    if row.origin == ORIGIN_CATALOGUE:
+        raise ApiError(409, f"'{row.name}' is a catalogue problem: it goes when it leaves the catalogue (kernels/), "
+                            "not by a DELETE")
+    if not access.may_manage(row, principal):
+        raise ApiError(403, "only the API key that uploaded this problem, or an admin, may delete it")
+    try:
+        service.delete_upload(uow.session, row)
+    except service.ProblemBusy as err:
+        raise ApiError(409, str(err)) from err
+    services.problems.invalidate()
+    return Response(status_code=204)

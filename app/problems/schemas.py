@@ -3,16 +3,20 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 
 class ProblemSummary(BaseModel):
-    name: str
+    name: str = Field(description="the problem's address, what a solution's `definition` and URLs name: a catalogue "
+                                  "problem's definition name, or an upload's '<definition name>@<namespace>'")
     description: str
     content_hash: str
     inputs: list[str]
     outputs: list[str]
     probes: list[str]
+    origin: str = Field(default="catalogue", description="catalogue (curated, under kernels/) or uploaded")
+    namespace: str = Field(default="catalogue", description="catalogue, or the uploading API key's namespace")
+    public: bool = Field(default=True, description="false: an upload only its owner and admins see, until an admin publishes it")
 
 
 class ProblemDetail(ProblemSummary):

@@ -1,33 +1,56 @@
-"""The problems table mirrors the catalogue; a changed problem re-audits every stored submission of it."""
+"""The problems table: the catalogue mirrored into it (a changed problem re-audits every stored submission of it),
+and uploads published, unpublished or deleted."""
 
 from __future__ import annotations
 
-from sqlalchemy import select
+from typing import Literal
+
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from app.audits import events
 from app.audits import repository as audits
+from app.audits.status import AuditStatus
+from app.auth.principal import Principal
 from app.core.db import utcnow
 from app.core.settings import Settings
 from app.core.unit_of_work import UnitOfWork
 from app.models import Audit, Problem, Submission
+from app.problems.access import listed
+from app.problems.namespaces import CATALOGUE, ORIGIN_CATALOGUE
 from app.problems.schemas import ProblemDetail, ProblemSummary, SyncResult
 
 
+class NamespaceConflict(RuntimeError):
+    """A row that is not the catalogue's holds a catalogue address (only a database not migrated to 0007 has one)."""
+
+
+class ProblemBusy(Exception):
+    """Audits of the problem are queued or running."""
+
+    def __init__(self, active: int) -> None:
+        super().__init__(f"{active} audit(s) of this problem are queued or running; delete it once they have finished")
+        self.active = active
+
+
 def sync_catalogue(session: Session, catalogue, settings: Settings) -> tuple[SyncResult, list[Audit]]:  # type: ignore[no-untyped-def]
-    """Upsert every catalogue problem; returns the result and the new audits (commit, then enqueue them)."""
+    """Upsert every catalogue problem; returns the result and the new audits (commit, then enqueue them).
+    The catalogue's own definition is always what its name holds: uploads live at addresses it cannot have."""
     added, changed, unchanged, new_audits = [], [], [], []
     for p in catalogue:
         row = session.get(Problem, p.name)
         definition = p.definition.model_dump(mode="json")
         probes = [s.name for s in p.spec.probes]
+        if row is not None and (row.origin != ORIGIN_CATALOGUE or row.namespace != CATALOGUE):
+            raise NamespaceConflict(f"problem '{p.name}' is held by an upload; run the migrations (alembic upgrade head)")
         if row is None:
             session.add(Problem(name=p.name, description=p.definition.description or "", content_hash=p.content_hash,
-                                definition=definition, probes=probes, synced_at=utcnow()))
+                                definition=definition, probes=probes, synced_at=utcnow(), origin=ORIGIN_CATALOGUE,
+                                namespace=CATALOGUE, public=True))
             added.append(p.name)
             continue
-        if row.content_hash == p.content_hash or row.origin != "catalogue":
-            unchanged.append(p.name)  # an uploaded definition keeps its name: the catalogue cannot take it over
+        if row.content_hash == p.content_hash:
+            unchanged.append(p.name)
             continue
         row.content_hash, row.definition, row.probes, row.synced_at = p.content_hash, definition, probes, utcnow()
         row.description = p.definition.description or ""
@@ -51,16 +74,40 @@ def reaudit(session: Session, sub: Submission, problem_hash: str, settings: Sett
 
 def _summary(row: Problem) -> dict[str, object]:
     return dict(name=row.name, description=row.description, content_hash=row.content_hash,
-                inputs=list(row.definition.get("inputs", {})), outputs=list(row.definition.get("outputs", {})), probes=row.probes)
+                inputs=list(row.definition.get("inputs", {})), outputs=list(row.definition.get("outputs", {})), probes=row.probes,
+                origin=row.origin, namespace=row.namespace, public=row.public)
 
 
-def list_problems(session: Session) -> list[ProblemSummary]:
-    return [ProblemSummary(**_summary(r)) for r in session.scalars(select(Problem).order_by(Problem.name))]
+def list_problems(session: Session, viewer: Principal | None = None) -> list[ProblemSummary]:
+    """The problems this caller may see: public ones, its own uploads, and (an admin) every upload."""
+    return [ProblemSummary(**_summary(r)) for r in session.scalars(select(Problem).where(listed(viewer)).order_by(Problem.name))]
 
 
-def get_problem(session: Session, name: str) -> ProblemDetail | None:
-    row = session.get(Problem, name)
-    return None if row is None else ProblemDetail(**_summary(row), definition=row.definition, synced_at=row.synced_at)
+def detail(row: Problem) -> ProblemDetail:
+    return ProblemDetail(**_summary(row), definition=row.definition, synced_at=row.synced_at)
+
+
+def active_audits(session: Session, name: str) -> int:
+    return int(session.scalar(
+        select(func.count()).select_from(Audit).join(Submission, Submission.id == Audit.submission_id)
+        .where(Submission.problem_name == name, Audit.status.in_((AuditStatus.queued, AuditStatus.running)))) or 0)
+
+
+def delete_upload(session: Session, row: Problem) -> Literal["removed", "retired"]:
+    """Delete an uploaded problem. Refused (ProblemBusy) while audits of it are queued or running. Its submissions and
+    their results are kept: with submissions, the row stays as their record ('retired': seen by nobody and never
+    audited against again; its address takes back only the same documents); without any, it is removed and its
+    address is free again."""
+    active = active_audits(session, row.name)
+    if active:
+        raise ProblemBusy(active)
+    if session.scalar(select(func.count()).select_from(Submission).where(Submission.problem_name == row.name)):
+        row.deleted_at, row.public = utcnow(), False
+        session.flush()
+        return "retired"
+    session.delete(row)
+    session.flush()
+    return "removed"
 
 
 def sync_and_enqueue(uow: UnitOfWork, settings: Settings) -> SyncResult:

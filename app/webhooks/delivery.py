@@ -14,6 +14,7 @@ from sqlalchemy import select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.core.db import utcnow
+from app.core.jsonsafe import storable_text
 from app.core.settings import Settings
 from app.models import WebhookAttempt, WebhookDelivery, WebhookEndpoint
 from app.webhooks import sender
@@ -58,11 +59,13 @@ def _record(session: Session, delivery_id: str, c: _Claimed, result: sender.Atte
     now = utcnow()
     if session.get(WebhookDelivery, delivery_id, with_for_update=True) is None:
         return "deleted"  # its endpoint was deleted while the request was in flight
-    session.add(WebhookAttempt(delivery_id=delivery_id, endpoint_id=c.endpoint_id, attempt=c.attempt, started_at=started,
-                               status_code=result.status_code, latency_ms=result.latency_ms,
-                               error=None if result.error is None else result.error[:2000]))
-    common = dict(locked_until=None, last_response_code=result.status_code,
-                  last_error=None if result.error is None else result.error[:2000])
+    error = None if result.error is None else storable_text(result.error[:2000])
+    # the attempt's own outcome, in the log for good: a later success of its delivery does not make it delivered
+    logged = WebhookAttempt(delivery_id=delivery_id, endpoint_id=c.endpoint_id, attempt=c.attempt, started_at=started,
+                            status_code=result.status_code, latency_ms=result.latency_ms, error=error,
+                            outcome="delivered" if result.ok else "failed", retry_at=None)
+    session.add(logged)
+    common = dict(locked_until=None, last_response_code=result.status_code, last_error=error)
     if result.ok:
         session.execute(update(WebhookDelivery).where(WebhookDelivery.id == delivery_id)
                         .values(status="delivered", delivered_at=now, **common))
@@ -72,7 +75,8 @@ def _record(session: Session, delivery_id: str, c: _Claimed, result: sender.Atte
         outcome, values = "failed", dict(status="failed")
     else:
         delay = retry_delay_s(c.attempt, settings.webhook_backoff_base_s, settings.webhook_backoff_max_s, random.Random())
-        outcome, values = "retry", dict(next_attempt_at=now + timedelta(seconds=delay))
+        logged.retry_at = now + timedelta(seconds=delay)
+        outcome, values = "retry", dict(next_attempt_at=logged.retry_at)
     session.execute(update(WebhookDelivery).where(WebhookDelivery.id == delivery_id).values(**values, **common))
     session.execute(update(WebhookEndpoint).where(WebhookEndpoint.id == c.endpoint_id)
                     .values(consecutive_failures=WebhookEndpoint.consecutive_failures + 1))
@@ -80,7 +84,8 @@ def _record(session: Session, delivery_id: str, c: _Claimed, result: sender.Atte
     if endpoint is not None and endpoint.active and endpoint.consecutive_failures >= settings.webhook_disable_after:
         endpoint.active = False
         endpoint.disabled_at = now
-        endpoint.disabled_reason = f"disabled after {endpoint.consecutive_failures} consecutive failed attempts; last: {result.error}"[:500]
+        endpoint.disabled_reason = f"disabled after {endpoint.consecutive_failures} consecutive failed attempts; last: {error}"[:500]
+        logged.retry_at = None  # nothing is retried while the endpoint is disabled (re-enabling sends it at once)
         outcome += "+disabled"
     return outcome
 

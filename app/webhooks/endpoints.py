@@ -5,12 +5,13 @@ from __future__ import annotations
 import base64
 import secrets
 
-from sqlalchemy import delete, select, update
+from sqlalchemy import and_, delete, or_, select, update
 from sqlalchemy.orm import Session
 
 from app.core.db import utcnow
 from app.models import WebhookAttempt, WebhookDelivery, WebhookEndpoint
-from app.webhooks.schemas import AttemptOut, WebhookUpdate
+from app.webhooks import log_cursor
+from app.webhooks.schemas import AttemptOut, AttemptPage, WebhookUpdate
 
 
 def new_secret() -> str:
@@ -60,12 +61,17 @@ def remove(session: Session, endpoint: WebhookEndpoint) -> None:
     session.flush()
 
 
-def attempts(session: Session, endpoint_id: str, limit: int) -> list[AttemptOut]:
-    rows = session.execute(
-        select(WebhookAttempt, WebhookDelivery).join(WebhookDelivery, WebhookDelivery.id == WebhookAttempt.delivery_id)
-        .where(WebhookAttempt.endpoint_id == endpoint_id)
-        .order_by(WebhookAttempt.started_at.desc(), WebhookAttempt.id.desc()).limit(limit)
-    ).all()
-    return [AttemptOut(delivery_id=d.id, event_id=d.event_id, event=d.event, attempt=a.attempt, started_at=a.started_at,
-                       status_code=a.status_code, latency_ms=a.latency_ms, error=a.error, delivery_status=d.status)
-            for a, d in rows]
+def attempts(session: Session, endpoint_id: str, limit: int, cursor: str | None = None) -> AttemptPage:
+    """The delivery log, newest attempt first, one page. Raises BadCursor."""
+    stmt = (select(WebhookAttempt, WebhookDelivery).join(WebhookDelivery, WebhookDelivery.id == WebhookAttempt.delivery_id)
+            .where(WebhookAttempt.endpoint_id == endpoint_id))
+    if cursor is not None:
+        at, row_id = log_cursor.decode(cursor)
+        stmt = stmt.where(or_(WebhookAttempt.started_at < at, and_(WebhookAttempt.started_at == at, WebhookAttempt.id < row_id)))
+    rows = session.execute(stmt.order_by(WebhookAttempt.started_at.desc(), WebhookAttempt.id.desc()).limit(limit + 1)).all()
+    items = [AttemptOut(delivery_id=d.id, event_id=d.event_id, event=d.event, attempt=a.attempt, started_at=a.started_at,
+                        status_code=a.status_code, latency_ms=a.latency_ms, error=a.error, outcome=a.outcome,
+                        retry_at=a.retry_at, delivery_status=d.status)
+             for a, d in rows[:limit]]
+    last = rows[limit - 1][0] if len(rows) > limit else None
+    return AttemptPage(items=items, next_cursor=None if last is None else log_cursor.encode(last.started_at, last.id))

@@ -10,12 +10,13 @@ from fastapi import APIRouter, HTTPException, Query, Response
 
 from app.api.deps import SessionDep, SettingsDep
 from app.auth.dependencies import PrincipalDep
-from app.core.errors import ApiError, FieldError
+from app.core.errors import ApiError, ErrorBody, FieldError
 from app.core.settings import Settings
 from app.models import WebhookEndpoint
 from app.webhooks import endpoints
+from app.webhooks.log_cursor import BadCursor
 from app.webhooks.schemas import (
-    AttemptOut,
+    AttemptPage,
     WebhookCreate,
     WebhookCreated,
     WebhookOut,
@@ -83,8 +84,15 @@ def remove(endpoint_id: str, principal: PrincipalDep, session: SessionDep) -> Re
     return Response(status_code=204)
 
 
-@router.get("/{endpoint_id}/deliveries", response_model=list[AttemptOut], responses=NOT_FOUND)
+@router.get("/{endpoint_id}/deliveries", response_model=AttemptPage,
+            responses={**NOT_FOUND, 422: {"model": ErrorBody, "description": "bad limit or cursor"}})
 def deliveries(endpoint_id: str, principal: PrincipalDep, session: SessionDep,
-               limit: Annotated[int, Query(ge=1, le=500)] = 100) -> list[AttemptOut]:
-    """The delivery log, newest attempt first: event, attempt number, status code, latency and error."""
-    return endpoints.attempts(session, _owned(session, principal, endpoint_id).id, limit)
+               cursor: Annotated[str | None, Query(max_length=200, description="next_cursor from the previous page")] = None,
+               limit: Annotated[int, Query(ge=1, le=100)] = 20) -> AttemptPage:
+    """The delivery log, newest attempt first, a page at a time (like GET /v1/submissions): event, attempt number,
+    status code, latency, error, the attempt's own outcome and, after a failure, when the backoff retries it."""
+    endpoint = _owned(session, principal, endpoint_id)
+    try:
+        return endpoints.attempts(session, endpoint.id, limit, cursor)
+    except BadCursor as err:
+        raise ApiError(422, "invalid cursor", [FieldError(field="cursor", reason=str(err))]) from err

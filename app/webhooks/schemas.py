@@ -80,4 +80,14 @@ class AttemptOut(BaseModel):
     status_code: int | None
     latency_ms: float
     error: str | None
-    delivery_status: str = Field(description="pending | delivered | failed")
+    outcome: str = Field(description="this attempt's own result: delivered (answered 2xx) or failed (any other answer, "
+                                     "a timeout, a refused address or a connection error)")
+    retry_at: datetime | None = Field(description="failed: when the backoff scheduled the next attempt; null when none "
+                                                  "was (delivered, out of attempts, or the endpoint was disabled)")
+    delivery_status: str = Field(description="the delivery's status now (pending | delivered | failed), across all its "
+                                             "attempts: see `outcome` for this attempt's")
+
+
+class AttemptPage(BaseModel):
+    items: list[AttemptOut] = Field(description="newest attempt first")
+    next_cursor: str | None = Field(description="pass as ?cursor= for the next page; null on the last page")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import sys
 import uuid
+from datetime import datetime
 from collections.abc import Iterator
 
 import pytest
@@ -57,6 +58,13 @@ class World:
         r = self.client.post("/v1/submissions", json=sol, headers=self.h(who))
         assert r.status_code == 202, r.text
         return r.json()
+
+    def log(self, endpoint_id: str, who: str) -> list[dict]:  # type: ignore[type-arg]
+        """The whole delivery log, newest attempt first (one page of up to 100)."""
+        r = self.client.get(f"/v1/webhooks/{endpoint_id}/deliveries?limit=100", headers=self.h(who))
+        assert r.status_code == 200, r.text
+        assert r.json()["next_cursor"] is None
+        return r.json()["items"]  # type: ignore[no-any-return]
 
     def deliveries(self, endpoint_id: str) -> list[WebhookDelivery]:
         with self.sessions() as s:
@@ -138,10 +146,11 @@ def test_signed_events_of_an_audit_and_one_audit_completed_when_the_task_runs_tw
         assert types.count("submission.received") == 1 and types.count("audit.stage_completed") == 6
         assert any(r.json["type"] == "submission.reaudited" and r.json["data"]["audit_id"] == second for r in rx.requests)
 
-        log = world.client.get(f"/v1/webhooks/{ep['id']}/deliveries", headers=world.h("alice")).json()
+        log = world.log(ep["id"], "alice")
         assert len(log) == len(rx.requests)  # one logged attempt per request received
         assert {a["event_id"] for a in log} == {r.headers["webhook-id"] for r in rx.requests}
-        assert all(a["delivery_status"] == "delivered" and a["latency_ms"] > 0 for a in log)
+        assert all(a["outcome"] == a["delivery_status"] == "delivered" and a["retry_at"] is None and a["latency_ms"] > 0
+                   for a in log)
         assert world.client.get(f"/v1/webhooks/{ep['id']}/deliveries", headers=world.h("bob")).status_code == 404
         assert world.client.delete(f"/v1/webhooks/{ep['id']}", headers=world.h("bob")).status_code == 404
         assert world.client.delete(f"/v1/webhooks/{ep['id']}", headers=world.h("alice")).status_code == 204
@@ -159,11 +168,49 @@ def test_retries_after_a_500_and_a_timeout_then_delivers(world: World) -> None:
         for req in (first, second, third):
             assert wh.verify(req.body, req.headers)["type"] == "submission.received"
         wait_for(lambda: _all_delivered(world, ep["id"]), 60, "not marked delivered", world.worker)
-        log = world.client.get(f"/v1/webhooks/{ep['id']}/deliveries", headers=world.h("bob")).json()
+        log = world.log(ep["id"], "bob")
         assert [(a["attempt"], a["status_code"]) for a in log] == [(3, 200), (2, None), (1, 500)]  # newest first
+        assert [a["outcome"] for a in log] == ["delivered", "failed", "failed"]
         assert "timeout" in log[1]["error"] and log[1]["latency_ms"] >= 2000 * 0.9
         assert log[2]["error"] == "HTTP 500"
         assert world.client.get(f"/v1/webhooks/{ep['id']}", headers=world.h("bob")).json()["consecutive_failures"] == 0
+        assert world.client.delete(f"/v1/webhooks/{ep['id']}", headers=world.h("bob")).status_code == 204
+
+
+def test_a_500_is_logged_failed_and_retried_as_the_backoff_says_and_the_log_pages(world: World) -> None:
+    """Before, the log showed each attempt with its delivery's latest status: an attempt answered 500 read
+    `delivered` once a retry got through. And it was a bare list, where other lists page."""
+    with Receiver(script=[500, 503]) as rx:
+        ep = world.register("bob", rx.url, ["submission.received"])
+        world.submit("bob")
+        rx.received(3, 120)
+        wait_for(lambda: _all_delivered(world, ep["id"]), 60, "not marked delivered", world.worker)
+        url = f"/v1/webhooks/{ep['id']}/deliveries"
+        pages, cursor = [], None
+        while True:  # a page of one attempt at a time, by the cursor each page gives
+            r = world.client.get(url, params={"limit": 1, **({"cursor": cursor} if cursor else {})}, headers=world.h("bob"))
+            assert r.status_code == 200, r.text
+            pages.append(r.json()["items"])
+            cursor = r.json()["next_cursor"]
+            if cursor is None:
+                break
+        assert [len(p) for p in pages] == [1, 1, 1]
+        third, second, first = (p[0] for p in pages)  # newest first
+        assert [(a["attempt"], a["status_code"], a["outcome"]) for a in (first, second, third)] == [
+            (1, 500, "failed"), (2, 503, "failed"), (3, 200, "delivered")]
+        assert all(a["delivery_status"] == "delivered" for a in (first, second, third))  # the delivery, now
+        # each failure logged when the backoff retries it, and the retry came no earlier
+        for failed, retry in ((first, second), (second, third)):
+            assert failed["retry_at"] is not None and failed["error"] == f"HTTP {failed['status_code']}"
+            when = {k: datetime.fromisoformat(v) for k, v in
+                    (("tried", failed["started_at"]), ("retry_at", failed["retry_at"]), ("retried", retry["started_at"]))}
+            assert when["tried"] < when["retry_at"] <= when["retried"]
+        assert third["retry_at"] is None and third["error"] is None
+        assert world.log(ep["id"], "bob") == [third, second, first]  # one page holds them all
+        for bad in ("not-a-cursor", "MjAyNi0wMS0wMVQwMDowMDowMHx4"):  # garbage, and a cursor of another shape
+            r = world.client.get(url, params={"cursor": bad}, headers=world.h("bob"))
+            assert r.status_code == 422 and r.json()["errors"][0]["field"] == "cursor", r.text
+        assert world.client.get(url, params={"limit": 101}, headers=world.h("bob")).status_code == 422
         assert world.client.delete(f"/v1/webhooks/{ep['id']}", headers=world.h("bob")).status_code == 204
 
 
