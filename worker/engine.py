@@ -19,6 +19,7 @@ from worker.sandbox.pool import SandboxPool
 from worker.stages import benchmark, canary, intake, probes, static
 from worker.stages import verdict as verdict_stage
 from worker.stages.result import AuditOutcome, AuditReport, StageResult, StageStatus
+from worker.traces import traces_of_stages
 
 StageRun = Callable[[AuditContext], StageResult]
 
@@ -171,6 +172,10 @@ def run_audit(
     # which isolation the submission ran under ("none" is said in every report and on the dashboard)
     final.metrics["isolation"] = ctx.isolation or "not started"
     final.metrics["sandbox_memory"] = ctx.memory_note
+    # what SOL-ExecBench itself would record, per evaluated workload (worker.traces): kept with the verdict so the
+    # service can answer GET /v1/submissions/{id}/traces without the catalogue
+    final.evidence["traces"] = [t.model_dump(mode="json", exclude_none=True) for t in traces_of_stages(
+        results, problem.name, device, solution.name, list(problem.workloads(ctx.profile)))]
     if on_stage:
         on_stage(final)
     return AuditReport(

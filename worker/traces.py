@@ -90,17 +90,17 @@ def _finite(v: object) -> float:
     return float(v) if isinstance(v, int | float) and math.isfinite(float(v)) else 0.0
 
 
-def _stage(report: AuditReport, name: str) -> StageResult | None:
-    return next((s for s in report.stages if s.name == name), None)
+def _stage(stages: list[StageResult], name: str) -> StageResult | None:
+    return next((s for s in stages if s.name == name), None)
 
 
 def _all(status: EvaluationStatus, log: str, workloads: list[Workload]) -> dict[str, tuple[EvaluationStatus, str]]:
     return {w.uuid: (status, log) for w in workloads}
 
 
-def _statuses(report: AuditReport, workloads: list[Workload]) -> dict[str, tuple[EvaluationStatus, str]]:
+def _statuses(stages: list[StageResult], workloads: list[Workload]) -> dict[str, tuple[EvaluationStatus, str]]:
     """Each evaluated workload's status and log line."""
-    intake, static, bench = _stage(report, "intake"), _stage(report, "static"), _stage(report, "benchmark")
+    intake, static, bench = _stage(stages, "intake"), _stage(stages, "static"), _stage(stages, "benchmark")
     if intake is not None and intake.status in (StageStatus.failed, StageStatus.error):
         return _all(_INTAKE_STATUS, intake.summary, workloads)
     if static is not None and static.status is StageStatus.failed:
@@ -123,17 +123,23 @@ def _statuses(report: AuditReport, workloads: list[Workload]) -> dict[str, tuple
 
 
 def traces_of(report: AuditReport, solution: Solution, workloads: list[Workload]) -> list[Trace]:
-    """One trace per evaluated workload of `report`, in the official schema. The environment and the time are the
-    benchmark stage's own (its evidence); an audit that never reached it has neither, and says so."""
-    bench = _stage(report, "benchmark")
+    """One trace per evaluated workload of `report`, in the official schema."""
+    return traces_of_stages(report.stages, report.definition, report.device, solution.name, workloads)
+
+
+def traces_of_stages(stages: list[StageResult], definition: str, device: str, solution: str,
+                     workloads: list[Workload]) -> list[Trace]:
+    """One trace per evaluated workload, from the stages' results. The environment and the time are the benchmark
+    stage's own (its evidence); an audit that never reached it has neither, and says so."""
+    bench = _stage(stages, "benchmark")
     metrics = bench.metrics if bench is not None else {}
     evidence = bench.evidence if bench is not None else {}
-    environment = Environment.model_validate(evidence.get("environment") or {"hardware": f"unknown ({report.device})"})
+    environment = Environment.model_validate(evidence.get("environment") or {"hardware": f"unknown ({device})"})
     timestamp = str(evidence.get("evaluated_at") or "not evaluated")
     per_workload: dict[str, dict[str, Any]] = metrics.get("workloads") or {}
     timing: dict[str, Any] = metrics.get("timing") or {}
     traces = []
-    judged_all = _statuses(report, workloads)
+    judged_all = _statuses(stages, workloads)
     for w in workloads:
         judged = judged_all.get(w.uuid)
         if judged is None:
@@ -155,7 +161,7 @@ def traces_of(report: AuditReport, solution: Solution, workloads: list[Workload]
                 performance = Performance()
                 log = f"not timed: kernel-audit times one workload ({timing.get('workload', 'none')})"
         traces.append(Trace(
-            definition=report.definition, workload=w.model_dump(mode="json", exclude_none=True), solution=solution.name,
+            definition=definition, workload=w.model_dump(mode="json", exclude_none=True), solution=solution,
             evaluation=Evaluation(status=status, environment=environment, timestamp=timestamp, log=log[:4000],
                                   correctness=correctness, performance=performance),
         ))

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Request, Response
@@ -12,7 +13,7 @@ from app.core.errors import ApiError, ErrorBody
 from app.models import Problem
 from app.problems import access, service
 from app.problems.namespaces import ORIGIN_CATALOGUE
-from app.problems.schemas import ProblemDetail, ProblemSummary, SyncResult
+from app.problems.schemas import DatasetImport, DatasetImported, ProblemDetail, ProblemSummary, SyncResult
 
 router = APIRouter(prefix="/v1/problems", tags=["problems"])
 NOT_FOUND = {404: {"model": ErrorBody, "description": "unknown problem (or one this caller may not see)"}}
@@ -57,6 +58,29 @@ def sync_problems(_admin: AdminDep, services: ServicesDep, uow: UnitOfWorkDep) -
     result = service.sync_and_enqueue(uow, services.settings)
     services.problems.invalidate()
     return result
+
+
+@router.post("/import", response_model=DatasetImported,
+             responses={403: {"description": "admin only"}, 422: {"model": ErrorBody, "description": "bad path"},
+                        409: {"model": ErrorBody, "description": "no writable catalogue folder is configured"}})
+def import_problems(body: DatasetImport, _admin: AdminDep, services: ServicesDep, uow: UnitOfWorkDep) -> DatasetImported:
+    """Load a SOL-ExecBench dataset tree on this server's disk into the catalogue (admin), then sync: every definition
+    folder with its workloads and safetensors blobs (paths leaving the dataset root are refused). Imported references
+    are third-party code and run sandboxed until reviewed (worker.dataset_import)."""
+    from worker.dataset_import import import_dataset
+
+    dest = services.settings.catalogue_root
+    if dest is None:
+        raise ApiError(409, "no catalogue folder is configured: set KAUDIT_CATALOGUE_ROOT to a writable folder")
+    root = Path(body.path)
+    if not root.is_absolute() or not root.is_dir():
+        raise ApiError(422, f"'{body.path[:200]}' is not an absolute path to a folder on this server")
+    if root.resolve() == dest.resolve() or dest.resolve() in root.resolve().parents or root.resolve() in dest.resolve().parents:
+        raise ApiError(422, "the dataset and the catalogue folder overlap")
+    report = import_dataset(root, dest)
+    synced = service.sync_and_enqueue(uow, services.settings) if report.imported else None
+    services.problems.invalidate()
+    return DatasetImported(report=report.model_dump(), sync=synced)
 
 
 @router.post("/{name}/publish", response_model=ProblemDetail, responses={403: {"description": "admin only"}, **NOT_FOUND})

@@ -29,3 +29,12 @@ class SyncResult(BaseModel):
     changed: list[str]
     unchanged: list[str]
     reaudits: int
+
+
+class DatasetImport(BaseModel):
+    path: str = Field(min_length=1, max_length=4096, description="absolute path of a SOL-ExecBench dataset tree on the server")
+
+
+class DatasetImported(BaseModel):
+    report: dict[str, Any] = Field(description="imported problems and refused folders (worker.dataset_import.ImportReport)")
+    sync: SyncResult | None = Field(None, description="the catalogue sync that followed; null when nothing was imported")

@@ -26,6 +26,7 @@ from app.submissions.schemas import (
     SubmissionAccepted,
     SubmissionPage,
     SubmissionStatus,
+    SubmissionTraces,
 )
 from worker.formats import Solution
 from worker.formats.entry_check import check_entry
@@ -161,6 +162,16 @@ def get_submission(submission_id: str, principal: PrincipalDep, session: Session
     """Status of the latest audit, with every finished stage (summary, metrics, evidence) and, while running, its
     progress (current stage, elapsed times); `attempts` keeps every earlier audit of the submission."""
     return service.status(session, _visible(session, submission_id, principal))
+
+
+@router.get("/{submission_id}/traces", response_model=SubmissionTraces,
+            responses={404: {"description": "no such submission"}})
+def get_traces(submission_id: str, principal: PrincipalDep, session: SessionDep) -> SubmissionTraces:
+    """What SOL-ExecBench itself would record for the latest audit, one trace per evaluated workload, in the official
+    trace schema (status, correctness, performance, environment). kernel-audit's own findings stay in the
+    submission's stages; an audit still running, or one that never reached the benchmark, has no traces yet."""
+    sub = _visible(session, submission_id, principal)
+    return service.traces(session, sub)
 
 
 @router.post("/{submission_id}/reaudit", status_code=202, response_model=SubmissionAccepted,

@@ -8,6 +8,7 @@ from pydantic import BaseModel, Field
 from app.audits.status import AuditStatus
 from app.core.errors import ErrorBody, FieldError
 from app.submissions.token_stats import TokenStatsView
+from worker.traces import Trace
 
 # the documented 4xx shape; kept under the names the submission routes have always used
 InvalidSolution = ErrorBody
@@ -100,3 +101,12 @@ class SubmissionPage(BaseModel):
 
 __all__ = ["Attempt", "AuditView", "FieldError", "InvalidSolution", "Progress", "StageOut", "SubmissionAccepted", "SubmissionPage",
            "SubmissionStatus", "SubmissionSummary"]
+
+
+class SubmissionTraces(BaseModel):
+    """The latest audit's SOL-ExecBench traces (worker.traces.Trace, the official schema)."""
+
+    submission: str
+    audit: str
+    status: str = Field(description="the audit's status; traces appear once it has finished")
+    traces: list[Trace]

@@ -27,10 +27,12 @@ from app.submissions.schemas import (
     SubmissionPage,
     SubmissionStatus,
     SubmissionSummary,
+    SubmissionTraces,
 )
 from app.submissions.token_stats import AcceptedTokenStats
 from app.submissions.token_stats import view as token_stats_view
 from app.submissions.views import attempt_out
+from worker.traces import Trace
 
 
 class IdempotencyConflict(Exception):
@@ -129,3 +131,12 @@ def list_submissions(session: Session, principal: Principal, *, limit: int, stat
              for s, a in rows[:limit]]
     more = len(rows) > limit
     return SubmissionPage(items=items, next_cursor=encode_cursor(items[-1].created_at, items[-1].id) if more else None)
+
+
+def traces(session: Session, sub: Submission) -> SubmissionTraces:
+    """The traces the worker kept with the latest audit's verdict (worker.engine); none before it has one."""
+    audit, rows = repository.audits_with_stages(session, sub.id)[-1]
+    verdict = next((r for r in rows if r.name == "verdict"), None)
+    raw = (verdict.evidence or {}).get("traces", []) if verdict is not None else []
+    return SubmissionTraces(submission=sub.id, audit=audit.id, status=audit.status,
+                            traces=[Trace.model_validate(t) for t in raw])

@@ -98,3 +98,30 @@ def test_live_stage_results_with_more_stages(service_settings: Settings, tmp_pat
     finally:
         worker.kill()
         api.kill()
+
+
+def test_traces_over_http_follow_the_latest_audit(service_settings: Settings, tmp_path: Path) -> None:
+    """GET /v1/submissions/{id}/traces: one SOL-ExecBench trace per evaluated workload, to the owner only."""
+    settings = service_settings.model_copy(update={"audit_stages": "intake,static,benchmark"})
+    keys = bootstrap(settings)
+    api, url = start_api(settings, tmp_path / "api.log")
+    worker = start_worker(settings, tmp_path / "worker.log")
+    try:
+        h = {"Authorization": f"Bearer {keys['alice']}"}
+        good = httpx.post(f"{url}/v1/submissions", json=example("pytorch_fp32"), headers=h, timeout=10)
+        assert good.status_code == 202, good.text
+        sid = good.json()["id"]
+        wait_for(_finished(url, keys["alice"], sid), 240, "the audit did not finish", worker)
+        r = httpx.get(f"{url}/v1/submissions/{sid}/traces", headers=h, timeout=10)
+        assert r.status_code == 200, r.text
+        body = r.json()
+        assert body["status"] == "passed" and body["traces"], body
+        assert {t["evaluation"]["status"] for t in body["traces"]} == {"PASSED"}
+        assert all(t["definition"] == good.json().get("problem", t["definition"]) and t["workload"]["uuid"]
+                   for t in body["traces"])
+        other = httpx.get(f"{url}/v1/submissions/{sid}/traces", headers={"Authorization": f"Bearer {keys['bob']}"},
+                          timeout=10)
+        assert other.status_code == 404
+    finally:
+        worker.kill()
+        api.kill()
