@@ -6,6 +6,7 @@ import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import Any
 
 from worker.budget import AuditBudget, Deadline, budget_for
 from worker.catalogue import Problem, Profile
@@ -44,6 +45,8 @@ class AuditContext:
     pool: SandboxPool | None = None
     # how the submission's process was bounded in memory (worker.sandbox.memory), for the report
     memory_note: str = "not started"
+    # a C++ solution's built extension (worker.compile_step.LoadableArtifact), set by intake's compile step
+    artifact: Any = None
     _sandbox: Sandbox | None = None
     _watched: WatchedSandbox | None = None
     _stage: str = ""
@@ -86,6 +89,7 @@ class AuditContext:
                 self._sandbox = Sandbox(self.device, interrupts=self.interrupts, isolation=self.isolation,
                                         default_timeout_s=self.deadline.budget.call_timeout_s)
             self.isolation = self._sandbox.isolation
+        self._sandbox.artifact = self.artifact
         if self._watched is None:
             self._watched = WatchedSandbox(self._sandbox, self.deadline)
             self._watched.begin_stage(self._stage)

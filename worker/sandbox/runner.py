@@ -141,6 +141,8 @@ class Sandbox:
         self._share_inputs_failed = False
         self._loaded: Solution | None = None
         self._cgroup: ChildCgroup | None = None
+        # a compiled solution's extension (worker.compile_step.LoadableArtifact), set before it is loaded
+        self.artifact: Any = None
 
     @property
     def isolation(self) -> Isolation:
@@ -441,15 +443,19 @@ class Sandbox:
 
     # ops -----------------------------------------------------------------
     def load(self, solution: Solution) -> dict[str, Any]:
-        reply = self.request(
-            "load",
-            {
-                "sources": [{"path": s.path, "content": s.content} for s in solution.sources],
-                "entry_file": solution.spec.entry_file,
-                "entry_function": solution.spec.entry_function,
-                "dps": solution.spec.destination_passing_style,
-            },
-        )
+        payload: dict[str, Any] = {
+            "sources": [{"path": s.path, "content": s.content} for s in solution.sources],
+            "entry_file": solution.spec.entry_file,
+            "entry_function": solution.spec.entry_function,
+            "dps": solution.spec.destination_passing_style,
+        }
+        if solution.spec.is_cpp:
+            # a compiled solution loads the extension its build produced (worker.compile_step), checked by its hash
+            if self.artifact is None:
+                raise SandboxError("a C++ solution needs its built extension before it can be loaded")
+            payload["artifact"] = {"sha256": self.artifact.sha256, "entry_symbol": self.artifact.entry_symbol,
+                                   "data": self.artifact.data}
+        reply = self.request("load", payload)
         self._loaded = solution
         return reply
 

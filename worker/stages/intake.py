@@ -11,7 +11,7 @@ from typing import Final, NamedTuple
 
 from worker.context import AuditContext
 from worker.formats.entry_check import check_entry
-from worker.formats.languages import CPP_LANGUAGES, PYTHON_LANGUAGES, Language
+from worker.formats.languages import Language
 from worker.formats.solution import MAX_SOURCE_BYTES
 from worker.sandbox import SandboxError
 from worker.stages.result import StageResult, StageStatus
@@ -83,15 +83,6 @@ def run(ctx: AuditContext) -> StageResult:
     problems: list[str] = []
     if sol.definition != definition.name:
         problems.append(f"solution.definition is '{sol.definition}', expected '{definition.name}'")
-    if sol.spec.is_cpp:
-        return StageResult(
-            name=NAME,
-            status=StageStatus.error,
-            summary=(f"languages {list(sol.spec.languages)} are compiled C++ ({', '.join(sorted(CPP_LANGUAGES))}), which "
-                     "kernel-audit does not build yet: not supported yet; submit a Python-loaded solution "
-                     f"({', '.join(sorted(PYTHON_LANGUAGES))})" + _notes_suffix(notes)),
-            evidence=evidence,
-        )
     if sol.spec.needs_gpu and not ctx.device.startswith("cuda"):
         return StageResult(
             name=NAME,
@@ -110,6 +101,12 @@ def run(ctx: AuditContext) -> StageResult:
     if problems:
         return StageResult(name=NAME, status=StageStatus.failed, summary="; ".join(problems) + _notes_suffix(notes),
                            metrics=metrics, evidence=evidence)
+    compiled = ""
+    if sol.spec.is_cpp:
+        step = _compile(ctx, metrics, evidence)
+        if isinstance(step, StageResult):
+            return step
+        compiled = step
     ctx.progress("intake: importing the solution in its sandbox")
     try:
         ctx.sandbox()
@@ -124,8 +121,31 @@ def run(ctx: AuditContext) -> StageResult:
     return StageResult(
         name=NAME,
         status=StageStatus.passed,
-        summary=(f"'{sol.name}' for {definition.name}: {len(sol.sources)} file(s), {size} bytes, entry point imports"
-                 + _notes_suffix(notes)),
+        summary=(f"'{sol.name}' for {definition.name}: {len(sol.sources)} file(s), {size} bytes, {compiled}entry point "
+                 "imports" + _notes_suffix(notes)),
         metrics=metrics,
         evidence=evidence,
     )
+
+
+def _compile(ctx: AuditContext, metrics: dict[str, object], evidence: dict[str, object]) -> StageResult | str:
+    """The `compile` step of a C++ solution (worker.compile_step): its time and outcome in the report; a compile
+    error fails intake with the compiler's first errors, a worker without the toolchain is inconclusive."""
+    from worker.compile_step import compile_solution, loadable
+
+    ctx.progress("intake: compiling in the sandbox")
+    result = compile_solution(ctx.solution, ctx.device)
+    evidence["compile"] = {"status": result.status, "seconds": result.seconds, "compile_seconds": result.compile_seconds,
+                           "cached": result.cached, "message": result.message, "first_errors": result.first_errors,
+                           "isolation": result.isolation, "log_tail": result.compiler_log_tail[-2000:],
+                           **({"cache_note": result.cache_note} if result.cache_note else {})}
+    metrics["compile_s"] = result.seconds
+    if result.status == "toolchain_missing":
+        return StageResult(name=NAME, status=StageStatus.error, metrics=metrics, evidence=evidence,
+                           summary=f"this worker cannot build C++ solutions: {result.message}")
+    if not result.ok:
+        errors = "; ".join(result.first_errors[:3])
+        return StageResult(name=NAME, status=StageStatus.failed, metrics=metrics, evidence=evidence,
+                           summary=f"COMPILE_ERROR: {result.message}" + (f": {errors}" if errors else ""))
+    ctx.artifact = loadable(result)
+    return f"compiled in {result.seconds:.1f} s{' (cached)' if result.cached else ''}, "
