@@ -6,6 +6,7 @@ The service's task only claims the audit, stores what this reports through `on_s
 from __future__ import annotations
 
 import time
+from importlib import import_module
 from collections.abc import Callable, Iterable, Sequence
 
 from worker.budget import AuditBudget, KernelFault
@@ -16,20 +17,16 @@ from worker.inputs import MissingInputFile
 from worker.numerics import gpu_memory
 from worker.sandbox import Isolation, SandboxError
 from worker.sandbox.pool import SandboxPool
-from worker.stages import benchmark, canary, intake, probes, static
+from worker.report import STAGE_ORDER, AuditOutcome, AuditReport, StageName, StageResult, StageStatus
 from worker.stages import verdict as verdict_stage
-from worker.stages.result import AuditOutcome, AuditReport, StageResult, StageStatus
 from worker.traces import traces_of_stages
 
 StageRun = Callable[[AuditContext], StageResult]
 
-# every stage, in the order it runs: adding a stage is one line here and one module under worker/stages/
+# every stage, in the order it runs: a stage is a module or package worker/stages/<name> with `run(ctx)`, named once
+# in worker.report.StageName; the verdict, which judges the others, is not run here
 STAGES: dict[str, StageRun] = {
-    "intake": intake.run,
-    "static": static.run,
-    "benchmark": benchmark.run,
-    "probes": probes.run,
-    "canary": canary.run,
+    str(name): import_module(f"worker.stages.{name}").run for name in STAGE_ORDER if name != StageName.verdict
 }
 DEFAULT_STAGES = tuple(STAGES)
 ORDER = (*DEFAULT_STAGES, verdict_stage.NAME)
