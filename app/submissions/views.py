@@ -9,10 +9,8 @@ from typing import Any
 from app.audits.status import FINISHED, AuditStatus
 from app.models import Audit, StageResultRow
 from app.submissions.schemas import Attempt, Progress, StageOut
+from worker.report import STAGE_ORDER
 
-# the order the engine runs and stores stages (worker.engine.ORDER; importing the engine would import torch
-# into the API: tests/app/test_api_submissions.py checks the two agree)
-STAGE_ORDER = ("intake", "static", "benchmark", "probes", "canary", "verdict")
 # integers beyond this lose digits in JavaScript and jq (IEEE doubles)
 MAX_SAFE_INT = 2**53 - 1
 

@@ -18,6 +18,7 @@ from app.webhooks.event_types import (
     SubmissionReaudited,
     SubmissionReceived,
 )
+from worker.report import StageName, StageResult, VerdictSummary
 
 
 def _status_url(submission_id: str) -> str:
@@ -53,13 +54,15 @@ def stage_completed(session: Session, audit_id: str, stage: str, status: str, su
 
 def audit_completed(session: Session, audit_id: str) -> None:
     audit, sub = _audit_and_submission(session, audit_id)
-    verdict = session.scalar(select(StageResultRow).where(StageResultRow.audit_id == audit_id, StageResultRow.name == "verdict"))
-    metrics = verdict.metrics if verdict is not None else {}
-    failed = [str(s) for s in metrics.get("caught_by") or []]
+    row = session.scalar(select(StageResultRow).where(StageResultRow.audit_id == audit_id,
+                                                      StageResultRow.name == StageName.verdict))
+    summary = _verdict_summary(row)
     data = AuditCompleted(submission_id=sub.id, audit_id=audit_id, problem=sub.problem_name, status=audit.status,
-                          verdict=audit.verdict, summary=audit.summary or "", caught_by=failed[0] if failed else None,
-                          failed_stages=failed, passes_benchmark=metrics.get("passes_benchmark"),
-                          numerically_sound=metrics.get("numerically_sound"), status_url=_status_url(sub.id))
+                          verdict=audit.verdict, summary=audit.summary or "",
+                          caught_by=summary.first_catch if summary else None,
+                          failed_stages=summary.caught_by if summary else [],
+                          passes_benchmark=summary.passes_benchmark if summary else None,
+                          numerically_sound=summary.numerically_sound if summary else None, status_url=_status_url(sub.id))
     outbox.emit(session, EventType.audit_completed, audit_id, data, owner_key_id=sub.api_key_id, audit_id=audit_id)
 
 
@@ -78,3 +81,10 @@ def ranks_changed(session: Session, audit_id: str, changes: Sequence[RankChange]
                            audit_id=audit_id)
         outbox.emit(session, EventType.leaderboard_rank_changed, f"{audit_id}:{change.board}:{sub.id}", data,
                     owner_key_id=sub.api_key_id, audit_id=audit_id)
+
+
+def _verdict_summary(row: StageResultRow | None) -> VerdictSummary | None:
+    """The verdict stage's summary (worker.report), or None when the audit stored no verdict (it broke first)."""
+    if row is None or "verdict" not in (row.metrics or {}):
+        return None
+    return VerdictSummary.of(StageResult(name=row.name, status=row.status, summary=row.summary, metrics=row.metrics))
