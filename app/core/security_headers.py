@@ -4,9 +4,9 @@ The dashboard runs no inline script: its JavaScript is /static/plotly.min.js and
 figures travel as `<script type="application/json">` data blocks, which a browser never executes. plotly.js writes
 its own CSS rules into `<style id="plotly.js-style-global">` through the CSSOM (which CSP allows); the submission
 page creates that element with the request's nonce, so plotly finds it and never has to insert an inline `<style>`
-of its own. FastAPI's API docs load Swagger UI and ReDoc from a CDN and start them with an inline script: those two
-pages get the CDN and the nonce (app/api/docs.py puts it on their inline script), and ReDoc, whose CSS-in-JS inserts
-`<style>` elements, the one relaxation of inline styles."""
+of its own. The API docs page (Swagger UI, served from this server by app/api/docs.py) starts with an inline script
+that carries the nonce, and sets inline styles on its elements: the docs pages are the one relaxation of inline
+styles. No page loads anything from another host."""
 
 from __future__ import annotations
 
@@ -17,7 +17,6 @@ from starlette.datastructures import MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 NONCE_KEY = "csp_nonce"
-CDN = "https://cdn.jsdelivr.net"
 
 BASE_POLICY: Mapping[str, str] = {
     "default-src": "'self'",
@@ -33,13 +32,13 @@ BASE_POLICY: Mapping[str, str] = {
 }
 DOCS_POLICY: Mapping[str, str] = {
     **BASE_POLICY,
-    "script-src": f"'self' 'nonce-{{nonce}}' {CDN}",
-    "style-src": f"'self' 'unsafe-inline' {CDN} https://fonts.googleapis.com",
-    "img-src": "'self' data: https://fastapi.tiangolo.com https://cdn.redoc.ly",
-    "font-src": "'self' https://fonts.gstatic.com",
+    "script-src": "'self' 'nonce-{nonce}'",
+    "style-src": "'self' 'unsafe-inline'",
+    "img-src": "'self' data:",
+    "font-src": "'self'",
     "worker-src": "'self' blob:",
 }
-DOCS_PATHS = frozenset({"/docs", "/docs/oauth2-redirect", "/redoc"})
+DOCS_PATHS = frozenset({"/docs", "/docs/oauth2-redirect"})
 
 STATIC_HEADERS: Mapping[str, str] = {
     "X-Content-Type-Options": "nosniff",

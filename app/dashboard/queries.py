@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session
 from app.audits import repository as audits
 from app.audits.status import FINISHED, AuditStatus
 from app.dashboard import plots
+from app.leaderboard.identity import CPU
 from app.leaderboard.repository import STAGES
 from app.leaderboard.schemas import LeaderboardRow
 from app.models import Audit, LeaderboardEntry, Problem, StageResultRow, Submission
@@ -158,12 +159,12 @@ def _shown(row: BoardRow, show: RowFilter) -> bool:
 
 
 def board(session: Session, problem: str, show: RowFilter) -> list[BoardRow]:
-    """Every entry of the problem's boards (app.leaderboard.ranking), hardware by hardware in rank order, then every
-    unranked run, latest first. A run folded into an entry (the same kernel submitted again) is not listed on its
-    own: the entry counts it. A kernel an audit caught stays where the benchmark puts it, marked, with no audited
-    rank."""
+    """Every entry of the problem's boards (app.leaderboard.ranking), hardware by hardware (the GPUs', then the
+    CPU's) in rank order, then every unranked run, latest first. A run folded into an entry (the same kernel
+    submitted again) is not listed on its own: the entry counts it. A kernel an audit caught stays where the
+    benchmark puts it, marked, with no audited rank."""
     stmt = (select(E).where(E.problem_name == problem, E.folded_into.is_(None))
-            .order_by(E.position.is_(None), E.hardware, E.position, E.finished_at.desc()))
+            .order_by(E.position.is_(None), E.hardware == CPU, E.hardware, E.position, E.finished_at.desc()))
     return [r for r in (_row(e) for e in session.scalars(stmt)) if _shown(r, show)]
 
 

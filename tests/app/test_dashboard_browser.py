@@ -1,7 +1,8 @@
 """The dashboard in a real browser: Debian's headless Chromium driven by Playwright, against `kaudit serve` (API and
 worker, SQLite). A correct kernel and a bf16-accumulating one are submitted; the bf16 kernel's page is opened while its
 audit is still queued and must fill in stage by stage without a reload; the leaderboard must mark it as passing the
-benchmark and failing the probes. Screenshots go to docs/screenshots/ (or $KAUDIT_SCREENSHOTS)."""
+benchmark and failing the probes. Screenshots go to docs/screenshots/ (or $KAUDIT_SCREENSHOTS); the product views
+(tables, live progress, canary plots, error pages) are driven and photographed by tests/app/test_dashboard_product.py."""
 
 from __future__ import annotations
 
@@ -83,6 +84,9 @@ def test_dashboard_updates_live_marks_the_caught_kernel_and_plots(service: tuple
             page.goto(f"{url}/submissions/{bf16}")
             assert page.get_attribute("#audit", "data-finished") == "false", "the audit finished before the page opened"
             page.evaluate("window.__sameDocument = true")
+            # where it is: its place in the queue behind the fp32 audit, or the stage it has reached
+            assert page.get_attribute("#progress", "data-status") in ("queued", "running")
+            assert re.search(r"#\d+ in the queue|Running stage \w+ \(\d of \d\)", page.text_content("#progress") or "")
 
             # stage by stage, without a reload: the marker set on this document survives every update
             page.wait_for_selector('#audit [data-stage="intake"][data-status="passed"]', timeout=240_000)

@@ -36,11 +36,14 @@ class _NoBroker:
 
 
 def _submit(sessions: sessionmaker[Session], settings: Settings, submitter: str, name: str) -> tuple[str, str]:
+    """A kernel of its own (its source differs by a comment): identical sources would fold into one entry."""
+    data = example("pytorch_fp32")
+    data["sources"][0]["content"] += f"\n# {submitter}/{name}\n"
     with UnitOfWork(sessions, _NoBroker()) as uow:  # type: ignore[arg-type]
         key = uow.session.scalar(select(ApiKey).where(ApiKey.submitter == submitter))
         assert key is not None
         acc = submissions.submit(uow, settings, Principal(key.id, submitter, frozenset({"submit"})), problem_name=PROBLEM,
-                                 problem_hash="h", solution_name=name, data=example("pytorch_fp32"), idempotency_key=None)
+                                 problem_hash="h", solution_name=name, data=data, idempotency_key=None)
         return acc.submission_id, acc.audit_id
 
 
@@ -110,14 +113,16 @@ def test_rows_are_written_with_the_finishing_transaction_and_ranks_move(world) -
 
     _, bob_audit = _submit(sessions, settings, "bob", "bob_fp32")
     assert _changes(_run(sessions, bob_audit, 0.2, PASSED, hook=refresh_entry)) == {("bob", "leaderboard", None, 2), ("bob", "audited", None, 1)}
-    # alice's second kernel, clean and faster than bob's: first on the audited board, pushing bob down; on the API's
-    # board her best is still the caught one, so nothing moves there
+    # alice's second kernel, clean and faster than bob's: second on the API's board (every kernel, by speedup) and
+    # first on the audited board, pushing bob down on both
     _, second_audit = _submit(sessions, settings, "alice", "alice_fp32")
-    assert _changes(_run(sessions, second_audit, 0.1, PASSED, hook=refresh_entry)) == {("alice", "audited", None, 1), ("bob", "audited", 1, 2)}
+    assert _changes(_run(sessions, second_audit, 0.1, PASSED, hook=refresh_entry)) == {
+        ("alice", "leaderboard", None, 2), ("bob", "leaderboard", 2, 3), ("alice", "audited", None, 1), ("bob", "audited", 1, 2)}
     with sessions() as s:
         lb = leaderboard(s, PROBLEM)
-        assert [(r.rank, r.submitter, r.kernel_ms) for r in lb.rows] == [(1, "alice", 0.05), (2, "bob", 0.2)]
+        assert [(r.rank, r.submitter, r.kernel_ms) for r in lb.rows] == [(1, "alice", 0.05), (2, "alice", 0.1), (3, "bob", 0.2)]
         assert lb.rows[0].numerically_sound is False and lb.rows[0].passes_benchmark is True
+        assert lb.rows[0].verdict == "fail" and lb.rows[0].caught_by == "probes" and lb.rows[0].hardware == "cpu"
         sound = leaderboard(s, PROBLEM, sound_only=True)
         assert [(r.rank, r.submitter, r.kernel_ms) for r in sound.rows] == [(1, "alice", 0.1), (2, "bob", 0.2)]
 

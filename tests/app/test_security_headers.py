@@ -85,11 +85,12 @@ def test_dashboard_pages_keep_to_a_strict_policy(client) -> None:  # type: ignor
 
 def test_api_docs_run_their_inline_script_by_nonce(client) -> None:  # type: ignore[no-untyped-def]
     c, _ = client
-    for path in ("/docs", "/redoc"):
+    assert c.get("/redoc", follow_redirects=False).headers["location"] == "/docs"
+    for path in ("/docs",):
         r = c.get(path)
         assert r.status_code == 200
         policy = _policy(r)
-        assert "'unsafe-inline'" not in policy["script-src"] and "https://cdn.jsdelivr.net" in policy["script-src"]
+        assert "'unsafe-inline'" not in policy["script-src"] and "https:" not in str(policy)
         nonce = _nonce(policy)
         for tag in re.findall(r"<script\b[^>]*>", r.text):
             assert "src=" in tag or f'nonce="{nonce}"' in tag, (path, tag)

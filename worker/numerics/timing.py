@@ -13,10 +13,15 @@ claim any time. What the parent checks itself: every timed call gets fresh input
 repeats, so nothing can be memoised) and a fresh NaN-poisoned output, and a random sample of
 the timed calls' outputs (chosen by the parent, unknown to the kernel unless it reads the
 harness's memory) is judged against the reference; the claimed device times add up to no
-more than the parent's own wall clock around the whole request; and no call is faster than
-its bytes moved over the card's memory bandwidth (`bandwidth_floor_ms`). So a forged time
-can only lie between that floor and the truth. On the CPU the parent times each call itself
-(the round trip of one request, IPC included), so the child's clock is not used at all.
+more than the parent's own wall clock around each request; and the median call is no faster
+than the bytes the op must touch over the card's peak memory bandwidth (worker.numerics.floor;
+a breach is inconclusive, not a failure). So a forged time can only lie between that floor and
+the truth. On the CPU the parent times each call itself (the round trip of one request, IPC
+included), so the child's clock is not used at all.
+
+The kernel and the reference are timed in interleaved blocks and the speedup carries a
+bootstrap interval (worker.numerics.speedup); the blocks run inside the device's exclusive
+timed window (worker.numerics.timed_window).
 """
 
 from __future__ import annotations
@@ -30,8 +35,6 @@ import torch
 from pydantic import BaseModel, Field
 
 L2_FLUSH_BYTES = 256 * 1024 * 1024
-# a conservative (peak) memory bandwidth for the floor: an H200's HBM3e, 4.8 TB/s
-GPU_BANDWIDTH_BYTES_PER_S = 4.8e12
 
 
 class TimingConfig(BaseModel):
@@ -127,8 +130,9 @@ def time_trusted(fn: Callable[[], object], device: str | torch.device, cfg: Timi
     return measure(lambda _: fn(), device, cfg)
 
 
-def bandwidth_floor_ms(bytes_moved: int, device: str | torch.device) -> float | None:
-    """The least time a call that reads its inputs and writes its outputs once can take (GPU); None on the CPU."""
-    if torch.device(device).type != "cuda":
-        return None
-    return bytes_moved / GPU_BANDWIDTH_BYTES_PER_S * 1e3
+def device_name(device: str | torch.device) -> str:
+    """The hardware a timing ran on, as the leaderboard's boards are split: 'cpu', or the GPU's name."""
+    dev = torch.device(device)
+    if dev.type != "cuda":
+        return "cpu"
+    return str(torch.cuda.get_device_name(dev))

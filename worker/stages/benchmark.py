@@ -6,17 +6,23 @@ kernel runs in the sandbox into NaN-poisoned output buffers; each output is judg
 by the elementwise rule in worker.numerics.tolerance. Then the kernel is timed against the
 reference timed here, so that the submission cannot forge it (`_time`): fresh inputs and
 poisoned outputs for every timed call, timed outputs judged; on the GPU CUDA events in the
-sandbox (L2 flushed, median) checked against this process's wall clock and the bandwidth
-floor; on the CPU this process's own wall clock around each call.
+sandbox (L2 flushed, median) checked against this process's wall clock and the physical
+floor; on the CPU this process's own wall clock around each call. Kernel and reference
+alternate in blocks inside the device's exclusive timed window, and the speedup carries a
+bootstrap interval.
 """
 
 from __future__ import annotations
 
 import io
+import itertools
 import math
-from datetime import UTC, datetime
 import random
+import statistics
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 import torch
@@ -28,15 +34,18 @@ from worker.context import AuditContext
 from worker.formats import Definition, Workload
 from worker.inputs import Case, build_case
 from worker.numerics.dtypes import to_torch
+from worker.numerics.floor import bytes_touched, device_peak_bandwidth, timing_floor
+from worker.numerics.speedup import SpeedupInterval, speedup_interval
+from worker.numerics.timed_window import WindowRecord, timed_window
 from worker.numerics.timing import (
     CLOCK_LABEL,
-    GPU_BANDWIDTH_BYTES_PER_S,
     TimingConfig,
     TimingSample,
-    bandwidth_floor_ms,
+    device_name,
     time_trusted,
     timing_config,
 )
+from worker.numerics.timing_settings import TimingSettings
 from worker.numerics.tolerance import OutputComparison, compare_output
 from worker.problem_spec import Tolerance
 from worker.sandbox import Sandbox, SandboxError
@@ -286,8 +295,43 @@ def _dump(metrics: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-TIMING_POOL_BYTES = 4 * 1024**3  # GPU: the timed calls' distinct input sets together stay under this
-TIMING_CHECKS = 5  # GPU: timed calls whose outputs the parent judges, drawn at random after the inputs
+TIMING_POOL_BYTES = 4 * 1024**3  # GPU: one request's distinct input sets together stay under this
+TIMING_CHECKS = 5  # GPU: timed calls per pass whose outputs the parent judges, drawn at random after the inputs
+GPU_BLOCK_REPS = 10  # GPU: timed calls per interleaved block (a CPU block is one call: each is a slow round trip)
+GPU_MAX_BLOCKS = 20  # GPU: when few input sets fit the pool, more (smaller) blocks, up to this many
+REWARM_CALLS = 2  # GPU: warm-up calls before every block after the first (the other side ran in between)
+FLOOR_PHRASE = "timing below the physical floor, not trusted"
+
+ReferenceBlock = Callable[[int, int], TimingSample]  # (warm-up calls, timed calls) -> one block of the reference
+FreshCase = Callable[[], Case]
+
+
+@dataclass
+class _Timed:
+    """What the timed passes measured, block by block; a re-time adds its blocks to the first pass's."""
+
+    kernel: list[TimingSample] = field(default_factory=list)
+    reference: list[TimingSample] = field(default_factory=list)
+    tampered: set[str] = field(default_factory=set)
+    warmup: int = 0
+    fresh_inputs: int = 0
+    checked: list[int] = field(default_factory=list)
+    request_wall_ms: float = 0.0
+    windows: list[WindowRecord] = field(default_factory=list)
+
+    @property
+    def reps(self) -> int:
+        return sum(len(b.times_ms) for b in self.kernel)
+
+    def kernel_sample(self) -> TimingSample:
+        host = [h for b in self.kernel for h in (b.host_times_ms or [])]
+        return TimingSample(times_ms=[t for b in self.kernel for t in b.times_ms], clock=self.kernel[0].clock,
+                            host_times_ms=host if len(host) == self.reps else None)
+
+    def interval(self, seed: int) -> SpeedupInterval | None:
+        if not self.reference:
+            return None
+        return speedup_interval([b.times_ms for b in self.kernel], [b.times_ms for b in self.reference], seed=seed)
 
 
 def _time(ctx: AuditContext, sb: Sandbox, metrics: dict[str, Any], evidence: dict[str, Any]) -> str:
@@ -297,55 +341,68 @@ def _time(ctx: AuditContext, sb: Sandbox, metrics: dict[str, Any], evidence: dic
     NaN-poisoned outputs, and outputs of timed calls are judged like a benchmark round. CPU: the parent
     times each call's round trip with its own clock and judges every output. GPU: the child times with
     CUDA events; the parent judges a random sample, checks the claimed times against its own wall
-    clock and against the bandwidth floor."""
+    clock and the median against the physical floor (worker.numerics.floor; below it: inconclusive).
+
+    The kernel's and the reference's timings alternate in blocks inside the device's exclusive timed window
+    (worker.numerics.timed_window), and the speedup carries a bootstrap interval (worker.numerics.speedup); an
+    interval wider than the device's threshold is timed once more, with fresh inputs, and the blocks pooled.
+    CPU figures are indicative: round trips through the sandbox, on a host that other audits share."""
     problem, definition = ctx.problem, ctx.problem.definition
     w = timing_workload(problem, ctx.profile)
     cfg = timing_config(ctx.device)
+    settings = TimingSettings.from_env()
     seed = ctx.derive_seed("benchmark", "timing", w.uuid)
     evidence["timing_seed"] = seed
     where = f"timing on workload {w.uuid}"
     ctx.progress(f"benchmark: {where}")
     gpu = ctx.device.startswith("cuda")
-    # on the GPU the input sets stay recipes: the child makes them on its device, this process only the ones it checks
-    first = build_case(definition, ctx.reference, w, seed, folder=problem.folder, device=ctx.device, lazy=gpu)
-    case_bytes = first.nbytes(definition)
-    out_bytes = sum(math.prod(o["shape"]) * to_torch(o["dtype"]).itemsize for o in first.output_specs(definition))
-    # one input set per call; on the GPU one more for the warm-up calls
-    calls = min(cfg.reps, max(1, TIMING_POOL_BYTES // max(1, case_bytes))) + 1 if gpu else cfg.warmup + cfg.reps
-    cases = [first] + [build_case(definition, ctx.reference, w, ctx.derive_seed("benchmark", "timing", w.uuid, i),
-                                  folder=problem.folder, device=ctx.device, lazy=gpu)
-                       for i in range(1, calls)]
     tol = tolerance_for(problem, w)
-    timing: dict[str, Any] = {"workload": w.uuid, "warmup": cfg.warmup, "fresh_inputs": len(cases)}
+    timing: dict[str, Any] = {"workload": w.uuid, "hardware": device_name(ctx.device), "indicative": not gpu}
     metrics["timing"] = timing
-    if gpu:
-        kernel, tampered = _time_in_child(ctx, sb, cases, cfg, tol, seed, where, timing)
-    else:
-        kernel, tampered = _time_by_parent(ctx, sb, cases, cfg, tol, where)
-    _request(sb, ctx, "hello", {"device": ctx.device}, where)  # the process that answered is still there
-    timing.update(clock=kernel.clock, reps=len(kernel.times_ms), tampered=tampered)
-    if tampered:
-        raise _Failure(f"{where}: the submission replaced timer/checker functions {tampered}; its timing is not trusted",
-                       official="REWARD_HACK")
-    floor = bandwidth_floor_ms(case_bytes + out_bytes, ctx.device)
-    timing["bandwidth_floor_ms"] = floor
-    if floor is not None and kernel.median_ms < floor:
-        raise _Failure(
-            f"{where}: the kernel claims {kernel.median_ms:.4f} ms, below the {floor:.4f} ms that moving its "
-            f"{case_bytes + out_bytes} bytes takes at {GPU_BANDWIDTH_BYTES_PER_S / 1e12:.1f} TB/s; its timing is not trusted"
-        )
+    metrics["indicative"] = not gpu
+    counter = itertools.count()
+
+    def fresh() -> Case:
+        # on the GPU the input sets stay recipes: the child makes them on its device, this process only the ones it checks
+        i = next(counter)
+        case_seed = seed if i == 0 else ctx.derive_seed("benchmark", "timing", w.uuid, i)
+        return build_case(definition, ctx.reference, w, case_seed, folder=problem.folder, device=ctx.device, lazy=gpu)
+
+    first = fresh()
+    # the first timed set again, made here: the reference's inputs, and the ids the floor counts rows by
+    ref_args = build_case(definition, ctx.reference, w, seed, folder=problem.folder, device=ctx.device).args(definition)
+    reference = _time_reference(ctx, ref_args, cfg)
+    timed = _Timed()
+    run_pass = _time_in_child if gpu else _time_by_parent
+    run_pass(ctx, sb, first, fresh, cfg, tol, reference, settings, where, timed, check_seed=seed, first_pass=True)
+    _after_pass(ctx, sb, timed, timing, where)
+    boot_seed = ctx.derive_seed("benchmark", "bootstrap", w.uuid)
+    est = timed.interval(boot_seed)
+    timing["retimed"] = False
+    if est is not None and est.rel_width > settings.retime_threshold(ctx.device):
+        timing.update(retimed=True, first_speedup_ci=est.ci)
+        ctx.progress(f"benchmark: {where}: the speedup's interval is {est.rel_width:.0%} wide; timing it again")
+        run_pass(ctx, sb, fresh(), fresh, cfg, tol, reference, settings, where, timed,
+                 check_seed=ctx.derive_seed("benchmark", "timing", "checks", 2), first_pass=False)
+        _after_pass(ctx, sb, timed, timing, where)
+        est = timed.interval(boot_seed)
+    kernel = timed.kernel_sample()
+    _check_floor(ctx, definition, ref_args, first, kernel, timing, where)
     timing.update(kernel_median_ms=kernel.median_ms,
                   kernel_times_ms=kernel.times_ms if len(kernel.times_ms) <= 20 else None)
     metrics.update(kernel_median_ms=kernel.median_ms)
-    clock_note = f"{CLOCK_LABEL[kernel.clock]}, median of {len(kernel.times_ms)}, workload {w.uuid}"
-    ref = _time_reference(ctx, first.args(definition), cfg)
-    if ref is None:
+    blocks = f"{len(timed.kernel)} interleaved blocks" if est is not None else f"{len(timed.kernel)} blocks"
+    clock_note = f"{CLOCK_LABEL[kernel.clock]}, median of {len(kernel.times_ms)}, {blocks}, workload {w.uuid}"
+    if not gpu:
+        clock_note += "; indicative only: round trips through the sandbox on a shared CPU"
+    if est is None:
         return (f"{kernel.median_ms:.4f} ms ({clock_note}); no speedup: the uploaded reference runs in its own sandbox, "
                 "whose round trips are not comparable with CUDA events")
-    speedup = ref.median_ms / kernel.median_ms
-    timing.update(reference_median_ms=ref.median_ms, speedup=speedup)
-    metrics.update(reference_median_ms=ref.median_ms, speedup=speedup)
-    phrase = f"{_speed_phrase(speedup)} ({clock_note})"
+    ref_median = float(statistics.median([t for b in timed.reference for t in b.times_ms]))
+    timing.update(reference_median_ms=ref_median, speedup=est.speedup, speedup_ci=est.ci, speedup_ci_level=est.level,
+                  speedup_ci_method=est.method, speedup_ci_rel_width=est.rel_width)
+    metrics.update(reference_median_ms=ref_median, speedup=est.speedup, speedup_ci=est.ci)
+    phrase = f"{_speed_phrase(est.speedup)} ({est.level:.0%} interval {est.lo:.3g}x-{est.hi:.3g}x; {clock_note})"
     if kernel.host_median_ms is not None:
         timing.update(kernel_host_median_ms=kernel.host_median_ms, launch_bound=kernel.launch_bound)
         if kernel.launch_bound:
@@ -357,19 +414,59 @@ def _time(ctx: AuditContext, sb: Sandbox, metrics: dict[str, Any], evidence: dic
     return phrase
 
 
-def _time_reference(ctx: AuditContext, args: list[Any], cfg: TimingConfig) -> TimingSample | None:
-    """The reference timed as the kernel was: on the GPU with CUDA events here; on the CPU as a round trip (the
-    same serialisation in process, or, for an uploaded reference, its own sandbox's real round trip). An uploaded
-    reference cannot be timed with events on the GPU: None."""
+def _after_pass(ctx: AuditContext, sb: Sandbox, timed: _Timed, timing: dict[str, Any], where: str) -> None:
+    """The process that answered is still there, nothing was tampered with; the window's record."""
+    _request(sb, ctx, "hello", {"device": ctx.device}, where)
+    first = timed.kernel[0]
+    timing.update(clock=first.clock, reps=timed.reps, warmup=timed.warmup, fresh_inputs=timed.fresh_inputs,
+                  blocks=len(timed.kernel), tampered=sorted(timed.tampered), checked_calls=timed.checked or None,
+                  exclusive=all(wr.exclusive for wr in timed.windows),
+                  lock_wait_s=sum(wr.lock_wait_s for wr in timed.windows), lock_path=timed.windows[-1].lock_path,
+                  clocks_locked=all(wr.clocks_locked for wr in timed.windows), clocks_note=timed.windows[-1].clocks_note)
+    if timed.request_wall_ms:
+        timing["request_wall_ms"] = timed.request_wall_ms
+    if timed.tampered:
+        raise _Failure(f"{where}: the submission replaced timer/checker functions {sorted(timed.tampered)}; its timing "
+                       "is not trusted", official="REWARD_HACK")
+
+
+def _check_floor(ctx: AuditContext, definition: Definition, args: list[Any], first: Case, kernel: TimingSample,
+                 timing: dict[str, Any], where: str) -> None:
+    """The median call may not beat the bytes it must touch over the device's peak bandwidth (worker.numerics.floor).
+    A breach is inconclusive: the stage is `error`, not `fail`."""
+    touched = bytes_touched(definition, args, first.output_specs(definition))
+    floor = timing_floor(touched.total, device_peak_bandwidth(ctx.device))
+    timing["bandwidth_floor_ms"] = floor.floor_ms if floor is not None else None
+    timing["floor"] = None if floor is None else {
+        "bytes": touched.total, "output_bytes": touched.outputs, "input_bytes": touched.inputs,
+        "tables": {k: v.model_dump() for k, v in touched.tables.items()},
+        "bandwidth_bytes_per_s": floor.bandwidth.bytes_per_s, "bandwidth_source": floor.bandwidth.source}
+    if floor is not None and floor.breached_by(kernel.median_ms):
+        raise _Failure(
+            f"{where}: {FLOOR_PHRASE}: the kernel claims {kernel.median_ms:.4f} ms, below the {floor.floor_ms:.4f} ms "
+            f"that touching its {touched.total} bytes takes at {floor.bandwidth.bytes_per_s / 1e12:.2f} TB/s "
+            f"({floor.bandwidth.source.replace('_', ' ')})",
+            StageStatus.error,
+        )
+
+
+def _time_reference(ctx: AuditContext, args: list[Any], cfg: TimingConfig) -> ReferenceBlock | None:
+    """The reference timed as the kernel is, one block at a time: on the GPU with CUDA events here; on the CPU as a
+    round trip (the same serialisation in process, or, for an uploaded reference, its own sandbox's real round
+    trip). An uploaded reference cannot be timed with events on the GPU: None."""
     fn = ctx.reference.run_fn
     gpu = ctx.device.startswith("cuda")
+
+    def timer(call: Callable[[], object]) -> ReferenceBlock:
+        def block(warmup: int, reps: int) -> TimingSample:
+            with torch.no_grad():
+                return time_trusted(call, ctx.device, TimingConfig(warmup=warmup, reps=reps, flush_l2=cfg.flush_l2))
+        return block
+
     if not ctx.problem.reference_trusted:
-        if gpu:
-            return None
-        return time_trusted(lambda: fn(*args), ctx.device, cfg)  # its sandbox's round trip, like the kernel's
+        return None if gpu else timer(lambda: fn(*args))  # its sandbox's round trip, like the kernel's
     dev_args = to_device(args, ctx.device)
-    with torch.no_grad():
-        return time_trusted(lambda: fn(*dev_args) if gpu else _with_transport(fn, dev_args), ctx.device, cfg)
+    return timer((lambda: fn(*dev_args)) if gpu else (lambda: _with_transport(fn, dev_args)))
 
 
 def _with_transport(fn: Any, args: list[Any]) -> object:
@@ -386,43 +483,38 @@ def _with_transport(fn: Any, args: list[Any]) -> object:
     return through(list(out) if isinstance(out, (tuple, list)) else [out])
 
 
-def _time_by_parent(ctx: AuditContext, sb: Sandbox, cases: list[Case], cfg: TimingConfig, tol: Tolerance,
-                    where: str) -> tuple[TimingSample, list[str]]:
-    """CPU: each call is one request; its round trip on this process's clock is the time (IPC included, so a
-    kernel can only look slower than it is); every output is judged."""
+def _time_by_parent(ctx: AuditContext, sb: Sandbox, first: Case, fresh: FreshCase, cfg: TimingConfig, tol: Tolerance,
+                    reference: ReferenceBlock | None, settings: TimingSettings, where: str, timed: _Timed, *,
+                    check_seed: int, first_pass: bool) -> None:
+    """CPU: each kernel call is one request; its round trip on this process's clock is the time (IPC included, so
+    a kernel can only look slower than it is). Kernel and reference alternate call by call (blocks of one), inside
+    the timed window; every output is judged after it."""
     definition = ctx.problem.definition
-    times: list[float] = []
-    tampered: set[str] = set()
-    for i, case in enumerate(cases):
+    warm = cfg.warmup if first_pass else 0
+    cases = [first] + [fresh() for _ in range(warm + cfg.reps - 1)]
+    offset = timed.reps
+    replies: list[dict[str, Any]] = []
+    with timed_window(ctx.device, settings, on_wait=lambda: ctx.progress(f"benchmark: {where}: waiting for the timing lock")) as window:
+        for i, case in enumerate(cases):
+            payload = {"args": case.args(definition), "outputs": case.output_specs(definition), "poison": float("nan")}
+            t0 = time.perf_counter()
+            reply = _request(sb, ctx, "call", payload, f"{where}, call {offset + i + 1}", liveness=False)
+            wall_ms = (time.perf_counter() - t0) * 1e3
+            timed.tampered.update(str(t) for t in reply.get("tampered", []))
+            replies.append(reply)
+            if i >= warm:
+                timed.kernel.append(TimingSample(times_ms=[wall_ms], clock="wall_clock_cpu"))
+                if reference is not None:
+                    timed.reference.append(reference(cfg.warmup if first_pass and i == warm else 0, 1))
+    timed.windows.append(window)
+    timed.warmup += warm
+    timed.fresh_inputs += len(cases)
+    for i, (case, reply) in enumerate(zip(cases, replies)):
         args = case.args(definition)
-        payload = {"args": args, "outputs": case.output_specs(definition), "poison": float("nan")}
-        t0 = time.perf_counter()
-        reply = _request(sb, ctx, "call", payload, f"{where}, call {i + 1}", liveness=False)
-        wall_ms = (time.perf_counter() - t0) * 1e3
-        tampered.update(str(t) for t in reply.get("tampered", []))
-        _check_round(definition, case, reply, reference_outputs(ctx, args), tol, f"{where}, timed call {i + 1}")
-        if i >= cfg.warmup:
-            times.append(wall_ms)
-    return TimingSample(times_ms=times, clock="wall_clock_cpu"), sorted(tampered)
+        _check_round(definition, case, reply, reference_outputs(ctx, args), tol, f"{where}, timed call {offset + i + 1}")
 
 
-def _time_in_child(ctx: AuditContext, sb: Sandbox, cases: list[Case], cfg: TimingConfig, tol: Tolerance, seed: int,
-                   where: str, timing: dict[str, Any]) -> tuple[TimingSample, list[str]]:
-    """GPU: one request times every case once with CUDA events in the child; the parent checks what it can."""
-    definition = ctx.problem.definition
-    wire = [c.wire_args(definition) for c in cases]  # before this process makes any of them
-    made = [sorted(c.recipes(definition)) for c in cases]
-    reps = len(cases) - 1  # the last input set is the warm-up calls'
-    check = sorted(random.Random(seed).sample(range(reps), min(TIMING_CHECKS, reps)))
-    timing["checked_calls"] = check
-    payload = {
-        "args": [a for args in wire for a in args], "n_args": len(wire[0]),
-        "outputs": cases[0].output_specs(definition), "poison": float("nan"), "check": check,
-        "warmup": cfg.warmup, "reps": reps, "flush_l2": cfg.flush_l2,
-    }
-    t0 = time.perf_counter()
-    reply = _request(sb, ctx, "time", payload, where, liveness=False)
-    wall_ms = (time.perf_counter() - t0) * 1e3
+def _child_sample(reply: dict[str, Any], reps: int, wall_ms: float, where: str) -> TimingSample:
     times, clock, host = reply.get("times_ms"), reply.get("clock"), reply.get("host_times_ms")
     if (
         clock != "cuda_events"
@@ -431,23 +523,63 @@ def _time_in_child(ctx: AuditContext, sb: Sandbox, cases: list[Case], cfg: Timin
         or not all(isinstance(t, float) and math.isfinite(t) and t > 0 for t in times)
     ):
         raise _Failure(f"{where}: the timing reply is malformed (clock {clock!r}, {len(times) if isinstance(times, list) else 0} samples)")
-    timing["request_wall_ms"] = wall_ms
     if sum(times) > wall_ms:
         raise _Failure(f"{where}: the kernel claims {sum(times):.1f} ms of device time within {wall_ms:.1f} ms of wall "
                        "time measured here; its timing is forged")
-    outs = reply.get("outputs")
-    n_out = len(definition.outputs)
-    if reply.get("checked") != check or not isinstance(outs, list) or len(outs) != n_out * len(check):
-        raise _Failure(f"{where}: the timed calls' outputs did not come back as asked (calls {check})")
-    digests = reply.get("made_digests")
-    if any(made[i] for i in check) and (not isinstance(digests, list) or len(digests) != len(check)):
-        raise _made_mismatch(where)
-    for k, i in enumerate(check):  # one checked set made at a time, and dropped after
-        args = cases[i].args(definition)
-        _check_made([args[j] for j in made[i]], digests[k] if isinstance(digests, list) else None, where)
-        one = {"outputs": outs[k * n_out:(k + 1) * n_out]}
-        _check_round(definition, cases[i], one, reference_outputs(ctx, args), tol, f"{where}, timed call {i + 1}")
-        cases[i].release()
     host_ok = isinstance(host, list) and len(host) == len(times) and all(isinstance(t, float) and math.isfinite(t) for t in host)
-    sample = TimingSample(times_ms=times, clock=clock, host_times_ms=host if host_ok else None)
-    return sample, [str(t) for t in reply.get("tampered", [])]
+    return TimingSample(times_ms=times, clock=clock, host_times_ms=host if host_ok else None)
+
+
+def _time_in_child(ctx: AuditContext, sb: Sandbox, first: Case, fresh: FreshCase, cfg: TimingConfig, tol: Tolerance,
+                   reference: ReferenceBlock | None, settings: TimingSettings, where: str, timed: _Timed, *,
+                   check_seed: int, first_pass: bool) -> None:
+    """GPU: blocks of timed calls, each one `time` request (CUDA events in the child), alternating with the
+    reference's blocks timed here, inside the device's timed window; then the parent checks what it can."""
+    definition = ctx.problem.definition
+    block = min(GPU_BLOCK_REPS, max(1, TIMING_POOL_BYTES // max(1, first.nbytes(definition))))
+    n_blocks = min(GPU_MAX_BLOCKS, max(1, math.ceil(cfg.reps / block)))
+    cases = [first] + [fresh() for _ in range(block * n_blocks - 1)]
+    spare = fresh()  # the warm-up calls' own input set, so that no timed call repeats one
+    reps, offset = len(cases), timed.reps
+    check = sorted(random.Random(check_seed).sample(range(reps), min(TIMING_CHECKS, reps)))
+    wire = [c.wire_args(definition) for c in cases]  # before this process makes any of them
+    spare_wire = spare.wire_args(definition)
+    made = [sorted(c.recipes(definition)) for c in cases]
+    specs, n_out = first.output_specs(definition), len(definition.outputs)
+    pending: list[tuple[int, list[Any], object]] = []
+    with timed_window(ctx.device, settings, on_wait=lambda: ctx.progress(f"benchmark: {where}: waiting for the timing lock")) as window:
+        for b in range(n_blocks):
+            lo, hi = b * block, (b + 1) * block
+            warm = cfg.warmup if first_pass and b == 0 else REWARM_CALLS
+            local = [i - lo for i in check if lo <= i < hi]
+            payload = {
+                "args": [a for args in [*wire[lo:hi], spare_wire] for a in args], "n_args": len(spare_wire),
+                "outputs": specs, "poison": float("nan"), "check": local,
+                "warmup": warm, "reps": hi - lo, "flush_l2": cfg.flush_l2,
+            }
+            t0 = time.perf_counter()
+            reply = _request(sb, ctx, "time", payload, where, liveness=False)
+            wall_ms = (time.perf_counter() - t0) * 1e3
+            sample = _child_sample(reply, hi - lo, wall_ms, where)
+            outs, digests = reply.get("outputs"), reply.get("made_digests")
+            if reply.get("checked") != local or not isinstance(outs, list) or len(outs) != n_out * len(local):
+                raise _Failure(f"{where}: the timed calls' outputs did not come back as asked (calls {[offset + lo + i for i in local]})")
+            if any(made[lo + i] for i in local) and (not isinstance(digests, list) or len(digests) != len(local)):
+                raise _made_mismatch(where)
+            for k, i in enumerate(local):
+                pending.append((lo + i, outs[k * n_out:(k + 1) * n_out], digests[k] if isinstance(digests, list) else None))
+            timed.kernel.append(sample)
+            timed.tampered.update(str(t) for t in reply.get("tampered", []))
+            timed.warmup += warm
+            timed.request_wall_ms += wall_ms
+            if reference is not None:
+                timed.reference.append(reference(warm, hi - lo))
+    timed.windows.append(window)
+    timed.fresh_inputs += reps + 1
+    timed.checked += [offset + i for i in check]
+    for i, outs, digests in pending:  # one checked set made at a time, and dropped after
+        args = cases[i].args(definition)
+        _check_made([args[j] for j in made[i]], digests, where)
+        _check_round(definition, cases[i], {"outputs": outs}, reference_outputs(ctx, args), tol,
+                     f"{where}, timed call {offset + i + 1}")
+        cases[i].release()
