@@ -1,7 +1,7 @@
 """Every official SOL-ExecBench language audited on a GPU: the project's own fixtures (tests/fixtures/solexecbench), one
 solution per language for one vecadd definition, plus a broken CUDA kernel, a compile error and hostile flags.
 
-    python benchmarks/gpu_languages.py --out DIR [--stages intake,static,benchmark,probes]
+    python benchmarks/gpu_languages.py --out DIR [--stages intake,static,benchmark,probes] [--only NAME,...]
 
 Prints one row per solution (verdict, intake summary, compile time, cached or not, benchmark summary) and writes
 DIR/gpu_languages.json. Each solution is audited twice: the second build must come from the cache. A language whose
@@ -49,6 +49,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--stages", default="intake,static,benchmark,probes")
+    ap.add_argument("--only", default="", help="comma-separated solution names (default: all)")
     args = ap.parse_args()
     import torch
 
@@ -68,7 +69,12 @@ def main() -> None:
         raw[name] = json.loads((FIXTURES / f"solution_{lang}.json").read_text())
     raw.update(_variants(raw["cuda_cpp"]))
     rows = []
+    args.out.mkdir(parents=True, exist_ok=True)
+    env = {"torch": torch.__version__, "device": torch.cuda.get_device_name(0), "date": time.strftime("%Y-%m-%d")}
+    only = set(filter(None, args.only.split(",")))
     for name, data in raw.items():
+        if only and name not in only:
+            continue
         solution = Solution.model_validate(data)
         for attempt in (1, 2) if solution.spec.is_cpp else (1,):
             t = time.perf_counter()
@@ -87,9 +93,8 @@ def main() -> None:
             print(f"{name:26s} #{attempt} {r['verdict']:5s} {r['seconds']:6.1f}s compile={compile_ev.get('seconds')} "
                   f"cached={compile_ev.get('cached')} traces={r['traces']}\n    intake: {r['intake'][:200]}\n"
                   f"    benchmark: {(r['benchmark'] or '')[:160]}", flush=True)
-    args.out.mkdir(parents=True, exist_ok=True)
-    env = {"torch": torch.__version__, "device": torch.cuda.get_device_name(0), "date": time.strftime("%Y-%m-%d")}
-    (args.out / "gpu_languages.json").write_text(json.dumps({"environment": env, "rows": rows}, indent=1))
+            # written after every row: a run stopped at its time limit keeps what it measured
+            (args.out / "gpu_languages.json").write_text(json.dumps({"environment": env, "rows": rows}, indent=1))
 
 
 if __name__ == "__main__":

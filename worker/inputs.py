@@ -91,6 +91,15 @@ def input_seed(seed: int, name: str) -> int:
     return int.from_bytes(hashlib.sha256(f"{seed}:{name}".encode()).digest()[:8], "big") >> 2
 
 
+def _custom_value(value: Any, scalar: bool) -> Any:
+    """A custom input as the kernel gets it: a scalar input (shape null) is a Python number even where the
+    definition's make_inputs returned a one-element tensor, as for a workload's own scalars (a Triton kernel takes
+    a number, not a pointer); a tensor input comes to the CPU, where the audit places it."""
+    if scalar:
+        return value.item() if isinstance(value, torch.Tensor) and value.numel() == 1 else value
+    return value.cpu()
+
+
 def build_case(
     definition: Definition,
     reference: ReferenceRunner,
@@ -115,7 +124,7 @@ def build_case(
         elif kind == "custom":
             if custom is None:
                 custom = reference.custom_inputs({**axes, **scalars}, torch.device("cpu"), seed)
-            inputs[name] = custom[name].cpu()
+            inputs[name] = _custom_value(custom[name], spec.is_scalar)
         elif kind == "safetensors":
             from safetensors.torch import load_file
 

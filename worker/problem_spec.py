@@ -62,6 +62,10 @@ class ProbeSpec(BaseModel):
     inputs: dict[str, InputGenerator] = Field(default_factory=dict)
     noncontiguous: list[str] = Field(default_factory=list, description="inputs passed as non-contiguous views")
     adversarial: bool = False
+    advisory: bool = Field(
+        False, description="a finding, not a failure: reported with the verdict, never failing it (a derived plan's "
+        "strided probe: SOL-ExecBench hands kernels contiguous tensors, so a kernel that assumes them keeps its contract)"
+    )
     base_workload: str | None = Field(
         None, description="uuid of a workload: inputs the probe does not list are made as that workload makes them, at the probe's axes"
     )

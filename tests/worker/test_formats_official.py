@@ -265,3 +265,17 @@ def test_paths_differing_in_case_are_two_files() -> None:
 def test_entry_file_must_be_canonical_too() -> None:
     with pytest.raises(FormatError, match=r"spec\.entry_point: must be a relative path inside the solution: it has a '\.' part"):
         parse_model(Solution, {**_sources("k.py"), "spec": {"languages": ["pytorch"], "entry_point": "./k.py::run"}}, "s")
+
+
+def test_a_custom_scalar_reaches_the_kernel_as_a_number() -> None:
+    """make_inputs may return a one-element tensor for a scalar input (shape null); the kernel gets a number, as
+    for a workload's own scalar (a Triton kernel given a tensor there reads a pointer and fails to compile)."""
+    from worker.inputs import build_case
+    from worker.reference import Reference
+
+    d = load_definition(FIXTURES / "definition.json")
+    custom = {w.uuid: w for w in load_workloads(FIXTURES / "workload.jsonl")}["vecadd-n777-custom"]
+    args = build_case(d, Reference.of(d), custom, seed=1).args(d)
+    a, b, alpha = args
+    assert isinstance(alpha, float) and alpha == 0.25
+    assert a.shape == b.shape == (777,) and b[-1].item() == pytest.approx(776 / 777)

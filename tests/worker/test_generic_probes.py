@@ -116,3 +116,13 @@ def test_canary_says_no_canary_for_an_op_that_fits_no_site() -> None:
     result = canary_stage.run(ctx)
     assert result.status is StageStatus.skipped and result.summary.startswith("no canary for this op")
     assert AuditReport.verdict_of([result]) is Verdict.pass_  # it does not count against the kernel
+
+
+def test_a_kernel_assuming_contiguous_inputs_passes_with_an_advisory() -> None:
+    """The benchmark's contract is contiguous tensors: the derived strided probe reports, it does not fail."""
+    result = _probes(TINY, "contiguous_only")
+    assert result.metrics["probes"]["strided"]["passed"] is False  # it really does read the wrong elements
+    assert result.status is StageStatus.passed, result.summary
+    assert result.metrics["advisories"] == ["strided"]
+    assert "advisory, not counted: strided" in result.summary and ".contiguous()" in result.summary
+    assert result.metrics["worst_probe"] != "strided"

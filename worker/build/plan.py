@@ -48,7 +48,7 @@ def write_ninja(request: BuildRequest, toolchain: Toolchain, layout: BuildLayout
     if toolchain.cudnn_frontend_include is not None:
         user_includes.append(toolchain.cudnn_frontend_include)
     system_includes = [*toolchain.torch_include]
-    if with_cuda and toolchain.cuda_include is not None:
+    if cuda_runtime(request, toolchain) and toolchain.cuda_include is not None:
         system_includes.append(toolchain.cuda_include)
     for lib in _wanted_libraries(request, toolchain):
         if lib.include is not None:
@@ -110,6 +110,14 @@ def _wanted_libraries(request: BuildRequest, toolchain: Toolchain) -> list[Libra
     return [toolchain.libraries[w] for w in sorted(request.wanted_libraries - {"cutlass"}) if w in toolchain.libraries]
 
 
+def cuda_runtime(request: BuildRequest, toolchain: Toolchain) -> bool:
+    """Whether the build sees the CUDA runtime (headers, libc10_cuda, libtorch_cuda, cudart): torch's rule (a .cu
+    file) or a CUDA language's .cpp-only solution on a worker that has CUDA (a cuDNN solution's main.cpp includes
+    ATen/cuda headers, which need cuda.h)."""
+    return request.with_cuda or (request.names_cuda and toolchain.cuda_include is not None
+                                 and toolchain.cuda_lib is not None and (toolchain.torch_lib / "libtorch_cuda.so").is_file())
+
+
 def link_flags(request: BuildRequest, toolchain: Toolchain, ld_flags: Sequence[str]) -> list[str]:
     """torch's link line (-shared, the solution's flags, torch's libraries, cudart), with the CUDA libraries the
     solution names found where this worker has them."""
@@ -119,14 +127,15 @@ def link_flags(request: BuildRequest, toolchain: Toolchain, ld_flags: Sequence[s
     for f in ld_flags:
         # -lcudnn where the wheel ships only libcudnn.so.9: -l:libcudnn.so.9 (the allow-list let only these through)
         flags.append(f"-l{names[f[2:]]}" if f.startswith("-l") and f[2:] in names else f)
+    cuda = cuda_runtime(request, toolchain)
     flags += [f"-L{toolchain.torch_lib}", "-lc10"]
-    if request.with_cuda:
+    if cuda:
         flags.append("-lc10_cuda")
     flags.append("-ltorch_cpu")
-    if request.with_cuda:
+    if cuda:
         flags.append("-ltorch_cuda")
     flags += ["-ltorch", "-ltorch_python"]
-    if request.with_cuda and toolchain.cuda_lib is not None:
+    if cuda and toolchain.cuda_lib is not None:
         flags += [f"-L{toolchain.cuda_lib}", "-lcudart"]
     wanted = {"cublas": ("cublas", "cublasLt"), "cudnn": ("cudnn",)}
     for lib in _wanted_libraries(request, toolchain):

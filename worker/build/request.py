@@ -89,6 +89,12 @@ class BuildRequest(BaseModel):
         return frozenset(named & {"cutlass", "cublas", "cudnn"})
 
     @property
+    def names_cuda(self) -> bool:
+        """A CUDA language (CUDA C++, CUTLASS, cuDNN, cuBLAS): its .cpp files may use the CUDA runtime's headers
+        (ATen/cuda, cudnn.h) even where no .cu file brings nvcc in."""
+        return bool(set(self.languages) & {"cuda_cpp", "cutlass", "cudnn", "cublas"})
+
+    @property
     def with_cuda(self) -> bool:
         """torch's rule: nvcc and the CUDA libraries take part when a .cu file is compiled."""
         return any(s.path.endswith(CUDA_SUFFIXES) for s in self.compiled_sources)

@@ -13,6 +13,7 @@ class ProbeOutcome(BaseModel):
     name: str
     why: str
     adversarial: bool = False
+    advisory: bool = Field(False, description="its failure is reported, not counted against the kernel")
     seed: int
     axes: dict[str, int] = Field(default_factory=dict)
     spec: dict[str, Any] = Field(default_factory=dict, description="the probe as audit.json states it")

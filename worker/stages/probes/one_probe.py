@@ -99,6 +99,7 @@ def run_probe(
         name=probe.name,
         why=probe.why,
         adversarial=probe.adversarial,
+        advisory=probe.advisory,
         seed=seed,
         spec=probe.model_dump(exclude_none=True),
         noncontiguous=probe.noncontiguous,

@@ -48,11 +48,19 @@ def report(
     behaviour: Behaviour,
 ) -> StageResult:
     applicable = runs.applicable
-    measured = [o for o in runs.outcomes if o.outputs]
+    binding = [o for o in applicable if not o.advisory]
+    notes = [o for o in applicable if o.advisory and o.input_error is None and not o.passed]
+    measured = [o for o in runs.outcomes if o.outputs and not o.advisory]
     worst = max(measured, key=lambda o: o.worst_ratio) if measured else None
     diagnosis = diagnose(applicable, behaviour.results)
-    status, summary = _verdict(applicable, behaviour.results, measured, worst, plan)
+    status, summary = _verdict(binding, behaviour.results, measured, worst, plan)
+    if notes:
+        summary += "; advisory, not counted: " + ", ".join(
+            f"{o.name} ({'raised' if o.kernel_error else 'wrong'}: the kernel assumes contiguous inputs; call it on "
+            "contiguous tensors or make its wrapper call .contiguous())" if o.noncontiguous else o.name
+            for o in notes)
     metrics = _metrics(runs.outcomes, behaviour, worst, diagnosis)
+    metrics["advisories"] = [o.name for o in notes]
     evidence = _evidence(ctx, spec, plan, runs, behaviour.evidence)
     if plan is not None:
         plan_seed = ctx.derive_seed(NAME, "plan")
