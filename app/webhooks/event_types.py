@@ -58,8 +58,11 @@ class AuditCompleted(BaseModel):
 
 class RankChanged(BaseModel):
     problem: str
-    board: str = Field(description="'leaderboard': GET /v1/leaderboard's rank (each submitter's best benchmark-passing "
-                                    "kernel, by time); 'audited': the rank among kernels that pass every stage, by speedup")
+    board: str = Field(description="'leaderboard': the rank GET /v1/leaderboard/{problem} shows (every kernel that passes "
+                                    "the benchmark, identical kernels folded into one entry, by speedup); 'audited': the rank "
+                                    "among verified kernels (every run passed every stage), as ?sound_only=true shows it")
+    hardware: str | None = Field(None, description="the board's hardware ('cpu' or the GPU's name): ranks on different "
+                                                   "hardware are separate boards")
     submission_id: str
     submitter: str
     solution_name: str

@@ -78,7 +78,7 @@ def ranks_changed(session: Session, audit_id: str, changes: Sequence[RankChange]
             continue
         data = RankChanged(problem=change.problem, board=change.board, submission_id=sub.id, submitter=sub.submitter,
                            solution_name=sub.solution_name, old_rank=change.old_rank, new_rank=change.new_rank,
-                           audit_id=audit_id)
+                           audit_id=audit_id, hardware=change.hardware)
         outbox.emit(session, EventType.leaderboard_rank_changed, f"{audit_id}:{change.board}:{sub.id}", data,
                     owner_key_id=sub.api_key_id, audit_id=audit_id)
 

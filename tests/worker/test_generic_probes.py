@@ -75,7 +75,7 @@ def test_generic_probes_catch_the_known_bad_kernel() -> None:
 def test_generic_probes_pass_the_correct_kernel() -> None:
     result = _probes(TINY, "stable")
     assert result.status is StageStatus.passed, result.summary
-    assert result.metrics["worst_ratio"] <= 1.5
+    assert result.metrics["worst_ratio"] <= 1.5 and "layout" not in result.metrics
     assert {c for c in result.metrics["checks"]} >= {"inputs_unmodified", "determinism", "outputs_written"}
 
 
@@ -124,5 +124,6 @@ def test_a_kernel_assuming_contiguous_inputs_passes_with_an_advisory() -> None:
     assert result.metrics["probes"]["strided"]["passed"] is False  # it really does read the wrong elements
     assert result.status is StageStatus.passed, result.summary
     assert result.metrics["advisories"] == ["strided"]
+    assert result.metrics["layout"]["status"] == "warning" and result.metrics["layout"]["inputs"] == ["logits"]
     assert "advisory, not counted: strided" in result.summary and ".contiguous()" in result.summary
     assert result.metrics["worst_probe"] != "strided"

@@ -61,6 +61,12 @@ def report(
             for o in notes)
     metrics = _metrics(runs.outcomes, behaviour, worst, diagnosis)
     metrics["advisories"] = [o.name for o in notes]
+    layout = [o for o in notes if o.noncontiguous]
+    if layout:
+        # a finding of its own, not a numerics failure: wrong only on views the benchmark's contract never hands over
+        metrics["layout"] = {"status": "warning", "finding": "wrong on strided views of its inputs",
+                             "probes": [o.name for o in layout], "inputs": sorted({n for o in layout for n in o.noncontiguous}),
+                             "kernel_error": next((o.kernel_error for o in layout if o.kernel_error), None)}
     evidence = _evidence(ctx, spec, plan, runs, behaviour.evidence)
     if plan is not None:
         plan_seed = ctx.derive_seed(NAME, "plan")
