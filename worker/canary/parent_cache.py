@@ -23,7 +23,7 @@ from typing import Any
 import torch
 
 FORMAT = 1
-_SOURCES = ("worker/canary", "worker/stages/canary.py", "worker/reference.py", "worker/numerics")
+_SOURCES = ("worker/canary", "worker/stages/canary", "worker/reference.py", "worker/numerics")
 
 
 @lru_cache(maxsize=1)

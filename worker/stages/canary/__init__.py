@@ -1,0 +1,70 @@
+"""Stage 5, canary: train a small decoder on real text with the kernel at its site, paired with the reference.
+
+The submission trains in its own process and sends back weights; this process evaluates them on held-out text,
+runs the reference and the null runs itself, checks the kernel's gradient on the reference's own trajectory against
+fp64, and judges (rule: worker.canary.judge).
+
+The modules, in the order the stage uses them: plan (seed, text, init, checkpoints and how the two processes share
+the host), runs (the reference's runs and their nulls here, beside the submission's training), submission (the
+request to the submission's process and its reply, evaluated), losses (the held-out loss judgement, training the
+nulls where only they can decide it), fidelity (the gradient against fp64), report (status, summary, metrics,
+evidence).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from worker.canary.binding import CanaryUnsupported, OpBinding, bind
+from worker.canary.profiles import CanaryProfile, profile_for
+from worker.context import AuditContext
+from worker.stages.canary.fidelity import gradient_fidelity, max_ratios
+from worker.stages.canary.losses import judge_losses
+from worker.stages.canary.plan import make_plan
+from worker.stages.canary.report import Judgement, loss_curves, report
+from worker.stages.canary.runs import train_side_by_side
+from worker.stages.canary.stage import NAME, RULE
+from worker.stages.canary.submission import UnusableReply, submission_runs
+from worker.stages.result import StageResult, StageStatus
+
+__all__ = ["NAME", "RULE", "run"]
+
+
+def run(ctx: AuditContext, profile: CanaryProfile | None = None) -> StageResult:
+    spec = ctx.problem.spec.canary
+    if ctx.profile == "cpu" and "triton" in ctx.solution.spec.languages:
+        return StageResult(name=NAME, status=StageStatus.skipped, summary=(
+            "not run on the CPU for a Triton kernel: under Triton's interpreter the canary's training takes 73-355 s, "
+            "past its budget; audit on a GPU worker for the canary"))
+    if spec is None:
+        return StageResult(name=NAME, status=StageStatus.skipped,
+                           summary="no canary for this op: it fits no canary site (embedding, embedding_norm, norm, loss) "
+                                   "named in audit.json canary.site; this does not count against the kernel")
+    p = profile or profile_for(ctx.profile)
+    try:
+        binding = bind(spec.site, ctx.problem.definition)
+    except CanaryUnsupported as err:
+        return StageResult(name=NAME, status=StageStatus.error, summary=f"cannot place the op in the model: {err}")
+    previous = torch.get_num_threads()
+    if p.threads:
+        torch.set_num_threads(p.threads)
+    try:
+        return _run(ctx, p, binding)
+    finally:
+        torch.set_num_threads(previous)
+
+
+def _run(ctx: AuditContext, p: CanaryProfile, binding: OpBinding) -> StageResult:
+    plan = make_plan(ctx, p, binding)
+    sandbox = ctx.sandbox()
+    parent, reply = train_side_by_side(ctx, plan, sandbox)
+    try:
+        submission = submission_runs(plan, reply)
+    except UnusableReply as err:
+        return StageResult(name=NAME, status=StageStatus.failed, summary=str(err))
+    losses, nulls_trained = judge_losses(ctx, plan, parent, submission)
+    curves = loss_curves(plan, parent, submission, losses)
+    sgd_states = parent["sgd"].states if "sgd" in parent else {}
+    fid = gradient_fidelity(ctx, plan, sandbox, sgd_states)
+    judgement = Judgement(losses, nulls_trained, fid, max_ratios(ctx.problem.spec.budgets, binding))
+    return report(plan, judgement, curves)

@@ -1,0 +1,34 @@
+"""The held-out loss judgement, per optimiser (rule: worker.canary.judge.judge_loss).
+
+A gap at or below the loss floor passes whatever the nulls say, so where the profile left them untrained
+(CanaryProfile.lazy_nulls) they are trained only when some gap exceeds the floor, and the losses judged again:
+the nulls can raise the threshold, never lower it.
+"""
+
+from __future__ import annotations
+
+from worker.canary import judge
+from worker.canary.profiles import Optimizer
+from worker.context import AuditContext
+from worker.stages.canary.plan import Plan
+from worker.stages.canary.runs import ParentRuns, train_nulls
+from worker.stages.canary.submission import SubmissionRun
+
+
+def judge_losses(ctx: AuditContext, plan: Plan, parent: ParentRuns,
+                 submission: dict[Optimizer, SubmissionRun]) -> tuple[list[judge.LossJudgement], bool]:
+    """One judgement per optimiser, and whether the nulls were trained (with lazy nulls, into `parent`)."""
+    losses = _judged(plan, parent, submission)
+    nulls_trained = all(parent[opt].nulls_trained for opt in plan.profile.optimizers)
+    if not nulls_trained and any(lj.exceeded for lj in losses):
+        ctx.progress("canary: a held-out gap exceeds the floor; training the null runs")
+        train_nulls(plan, parent)
+        nulls_trained = True
+        losses = _judged(plan, parent, submission)
+    return losses, nulls_trained
+
+
+def _judged(plan: Plan, parent: ParentRuns, submission: dict[Optimizer, SubmissionRun]) -> list[judge.LossJudgement]:
+    p = plan.profile
+    return [judge.judge_loss(opt, plan.steps, parent[opt].heldout, submission[opt].heldout, parent[opt].null_heldout,
+                             p.band_factor, p.loss_floor) for opt in p.optimizers]
