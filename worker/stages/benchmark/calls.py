@@ -1,0 +1,39 @@
+"""Every request the stage sends to the submission's sandbox goes through `request`, so that no reply is trusted
+from a process that did not survive sending it, and a sandbox error becomes the stage's Failure."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from worker.context import AuditContext
+from worker.sandbox import Sandbox, SandboxError
+from worker.stages.benchmark.failure import Failure
+from worker.stages.result import StageStatus
+
+
+def request(sb: Sandbox, ctx: AuditContext, op: str, payload: dict[str, Any], where: str, *,
+            liveness: bool = True) -> dict[str, Any]:
+    """One op in the sandbox, then proof the process is still the one that answered.
+
+    A submission can write a forged reply frame to the child's pipe and exit; the
+    frame reads fine, but the process is gone. A round trip after every reply
+    turns that into a crash the stage reports instead of trusting the reply.
+    """
+    try:
+        reply = sb.request(op, payload)
+    except SandboxError as err:
+        status = StageStatus.error if err.kind in ("sandbox", "out_of_memory") else StageStatus.failed
+        official = "TIMEOUT" if err.kind == "timeout" else "RUNTIME_ERROR"
+        raise Failure(f"{where}: the kernel failed ({err.kind}): {err}", status, official=official,
+                      log=err.log[-2000:]) from err
+    if not liveness:  # the caller checks later, outside the window it times
+        return reply
+    try:
+        sb.request("hello", {"device": ctx.device}, timeout_s=60)
+    except SandboxError as err:
+        raise Failure(
+            f"{where}: the submission's process did not survive its own reply to '{op}' ({err.kind}); "
+            "a reply followed by an exit is how a forged result channel looks, so the reply is not trusted",
+            log=err.log[-2000:],
+        ) from err
+    return reply
