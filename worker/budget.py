@@ -13,7 +13,8 @@ work running long (the canary's training), is inconclusive: an `error`, never a 
 from __future__ import annotations
 
 import time
-from typing import Any, Literal
+from collections.abc import Callable
+from typing import Literal
 
 from pydantic import BaseModel, Field
 
@@ -39,7 +40,7 @@ class KernelFault(BaseModel):
 
 
 class Deadline:
-    def __init__(self, budget: AuditBudget, clock: Any = time.monotonic) -> None:
+    def __init__(self, budget: AuditBudget, clock: Callable[[], float] = time.monotonic) -> None:
         self.budget, self._clock = budget, clock
         self._end = clock() + budget.total_s
 

@@ -32,9 +32,9 @@ BODY = "(body)"
 RETRY_AFTER_S = 5
 Dependency = Literal["database", "broker"]
 # what an unreachable dependency raises: connection refused or reset, unknown database, timed out, pool exhausted
-DATABASE_DOWN: tuple[type[BaseException], ...] = (sa_exc.OperationalError, sa_exc.InterfaceError, sa_exc.TimeoutError,
+DATABASE_DOWN: tuple[type[Exception], ...] = (sa_exc.OperationalError, sa_exc.InterfaceError, sa_exc.TimeoutError,
                                                   sa_exc.DisconnectionError, psycopg.OperationalError, psycopg.InterfaceError)
-BROKER_DOWN: tuple[type[BaseException], ...] = (kombu.exceptions.OperationalError, redis.exceptions.ConnectionError,
+BROKER_DOWN: tuple[type[Exception], ...] = (kombu.exceptions.OperationalError, redis.exceptions.ConnectionError,
                                                 redis.exceptions.TimeoutError)
 
 
@@ -124,7 +124,8 @@ def install_error_handlers(app: FastAPI) -> None:
         log.warning("%s %s: the %s is unreachable: %s: %s", request.method, request.url.path, down, type(err).__name__, first_line)
         return unavailable_response([down])
 
-    for kind in (sa_exc.DBAPIError, *DATABASE_DOWN, *BROKER_DOWN):
+    dependency_errors: tuple[type[Exception], ...] = (sa_exc.DBAPIError, *DATABASE_DOWN, *BROKER_DOWN)
+    for kind in dependency_errors:
         app.add_exception_handler(kind, _dependency)
     app.add_exception_handler(Exception, _internal)
 
