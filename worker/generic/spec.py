@@ -31,6 +31,30 @@ SCALES = (1e-4, 1e-2, 1e3)
 OFFSET_MEAN = 100.0
 LONG_FACTOR = {"cpu": 8, "gpu": 4}
 MAX_LONG_AXES = 2
+SMALL_CONSTANT = 1e-2  # a float scalar below this is an eps: it matters only where the activations are comparably small
+EPS_MOVE = 100.0  # an eps moves up by this factor (1e-6 -> 1e-4): a kernel that hard-codes the workload's value shows
+SCALE_MOVE = 2.0  # any other float scalar (a scale, an alpha) doubles
+
+
+def float_scalars(definition: Definition, base: Workload, roles: dict[str, InputRole]) -> dict[str, float]:
+    """The definition's float scalar inputs that no axis fixes, with the base workload's value: constants of the op
+    (an eps, a scale) that a kernel may hard-code instead of reading."""
+    out = {}
+    for name, role in roles.items():
+        w = base.inputs.get(name)
+        spec = definition.inputs[name]
+        if role.role == "scalar" and role.tied_axis is None and w is not None and w.type == "scalar" \
+                and spec.dtype.startswith(("float", "bfloat")) and isinstance(w.value, (int, float)) \
+                and not isinstance(w.value, bool):
+            out[name] = float(w.value)
+    return out
+
+
+def moved_scalar(value: float) -> float:
+    """Where a constant is worth moving to: an eps up by EPS_MOVE, anything else doubled, zero to a small eps."""
+    if value == 0.0:
+        return 1e-3
+    return value * (EPS_MOVE if abs(value) < SMALL_CONSTANT else SCALE_MOVE)
 
 
 class GenericPlan(BaseModel):
@@ -135,6 +159,16 @@ def derive_plan(
             add(f"zero_rows:{name}", f"a quarter of the rows of '{name}' exactly zero (padding tokens, masked "
                 "positions): a scale or norm of zero must not give 0/0", shapes.jittered_keeping_divisibility(definition, base_axes, gen),
                 {name: InputGenerator(kind="zero_rows", fraction=0.25)})
+    for name, value in float_scalars(definition, base, roles).items():
+        moved = moved_scalar(value)
+        gens = {name: InputGenerator(kind="scalar", value=moved)}
+        regime = ""
+        if abs(moved) < SMALL_CONSTANT:  # activations whose squares are of the eps's size: there it is not negligible
+            gens.update({f: InputGenerator(kind="normal", std=math.sqrt(abs(moved))) for f in floats})
+            regime = f", with float inputs at std {math.sqrt(abs(moved)):.3g} where it is not negligible"
+        add(f"constant:{name}", f"'{name}' moved from the workload's {value:g} to {moved:g}{regime}: a kernel that "
+            "hard-codes the benchmark's value instead of reading it is right only on the benchmark",
+            shapes.jittered_keeping_divisibility(definition, base_axes, gen), gens)
     odd_axes = shapes.odd(definition, base_axes, gen)
     if odd_axes != base_axes:
         add("odd_shape", "axis sizes that are multiples of no block size: tail masks must be right", odd_axes)
