@@ -25,11 +25,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch  # noqa: E402
 
+from benchmarks.gpu_canary import canary_row  # noqa: E402
 from worker.canary.profiles import profile_for  # noqa: E402
 from worker.catalogue import load_catalogue  # noqa: E402
-from worker.context import AuditContext  # noqa: E402
 from worker.probes.token_stats import LoadedTokenStats  # noqa: E402
-from worker.stages import canary  # noqa: E402
 
 KERNELS: dict[str, list[tuple[str, str]]] = {
     "cpu": [("embedding_backward", "pytorch_bf16_accum"), ("embedding_backward", "pytorch_fp32")],
@@ -49,19 +48,7 @@ def run_one(problem_name: str, solution_name: str, text: str, seed: int, device:
     problem = load_catalogue().get(problem_name)
     if text == "uniform":
         problem = problem.with_token_stats(uniform_stats(device))
-    ctx = AuditContext(problem=problem, solution=problem.example_solution(solution_name), device=device, seed=seed)
-    t = time.perf_counter()
-    try:
-        result = canary.run(ctx)
-    finally:
-        ctx.close()
-    m = result.metrics
-    return {"kernel": f"{problem_name}/{solution_name}", "text": text, "seed": seed, "status": result.status.value,
-            "seconds": round(time.perf_counter() - t, 1), "loss_gap": m.get("loss_gap"),
-            "loss_threshold": m.get("loss_threshold"), "noise_band": m.get("noise_band"),
-            "loss_exceeded": m.get("loss_exceeded"), "fidelity_worst_ratio": m.get("fidelity_worst_ratio"),
-            "fidelity_failed": m.get("fidelity_failed"), "masked_by_adamw": m.get("masked_by_adamw"),
-            "summary": result.summary}
+    return {"kernel": f"{problem_name}/{solution_name}", "text": text, **canary_row(problem, solution_name, seed, device)}
 
 
 def _gap(row: dict[str, Any], opt: str) -> str:

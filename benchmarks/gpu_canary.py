@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import torch  # noqa: E402
 
 from benchmarks.parallel import run_jobs  # noqa: E402
-from worker.catalogue import load_catalogue  # noqa: E402
+from worker.catalogue import Problem, load_catalogue  # noqa: E402
 from worker.context import AuditContext  # noqa: E402
 from worker.stages import canary  # noqa: E402
 
@@ -62,8 +62,11 @@ REPEAT_CORRECT: list[tuple[str, str]] = [
 
 
 def audit_one(problem_name: str, solution_name: str, seed: int, device: str) -> dict[str, Any]:
-    cat = load_catalogue()
-    problem = cat.get(problem_name)
+    return canary_row(load_catalogue().get(problem_name), solution_name, seed, device)
+
+
+def canary_row(problem: Problem, solution_name: str, seed: int, device: str) -> dict[str, Any]:
+    """One canary stage of an example solution, as a row: status, loss gaps and limits, fidelity, timings, curves."""
     solution = problem.example_solution(solution_name)
     ctx = AuditContext(problem=problem, solution=solution, device=device, seed=seed)
     t = time.perf_counter()
@@ -73,7 +76,7 @@ def audit_one(problem_name: str, solution_name: str, seed: int, device: str) -> 
         ctx.close()
     m = result.metrics
     return {
-        "problem": problem_name,
+        "problem": problem.name,
         "solution": solution_name,
         "seed": seed,
         "status": result.status.value,

@@ -11,13 +11,13 @@ import torch
 from worker.catalogue import load_catalogue
 from worker.engine import run_audit
 from worker.numerics.floor import (
-    BANDWIDTH_ENV,
     KNOWN_PEAKS,
     bytes_touched,
     device_peak_bandwidth,
     peak_bandwidth,
     timing_floor,
 )
+from worker.numerics.timing_settings import BANDWIDTH_ENV, TimingSettings
 from worker.stages.benchmark import FLOOR_PHRASE
 from worker.stages.result import StageStatus, Verdict
 
@@ -57,11 +57,11 @@ def test_the_peak_comes_from_the_setting_then_the_device_then_its_name() -> None
     set_ = peak_bandwidth("NVIDIA H200", h100, gpu=True, setting=1e13)
     assert set_ is not None and set_.source == "setting" and set_.bytes_per_s == 1e13
     assert peak_bandwidth(None, None, gpu=False) is None  # the CPU: no floor unless the setting names one
-    assert device_peak_bandwidth("cpu", {}) is None
-    cpu = device_peak_bandwidth("cpu", {BANDWIDTH_ENV: "2e11"})
+    assert device_peak_bandwidth("cpu", TimingSettings.from_env({}).peak_bandwidth_bytes_per_s) is None
+    cpu = device_peak_bandwidth("cpu", TimingSettings.from_env({BANDWIDTH_ENV: "2e11"}).peak_bandwidth_bytes_per_s)
     assert cpu is not None and cpu.bytes_per_s == 2e11
     with pytest.raises(ValueError, match=BANDWIDTH_ENV):
-        device_peak_bandwidth("cpu", {BANDWIDTH_ENV: "-5"})
+        TimingSettings.from_env({BANDWIDTH_ENV: "-5"})
 
 
 def test_a_lookup_table_counts_only_the_rows_its_ids_select() -> None:

@@ -25,8 +25,6 @@ The count is taken on the first timed input set; every timed set is drawn from t
 from __future__ import annotations
 
 import math
-import os
-from collections.abc import Mapping
 from typing import Any, Literal
 
 import torch
@@ -38,7 +36,6 @@ from worker.numerics.dtypes import to_torch
 # vendor datasheet peaks of HBM bandwidth, by a word of the name torch reports; the longest word that matches wins
 # ("GB200" over "B200")
 KNOWN_PEAKS: dict[str, float] = {"H100": 3.35e12, "H200": 4.8e12, "B200": 8.0e12, "GB200": 8.0e12}
-BANDWIDTH_ENV = "KAUDIT_PEAK_BANDWIDTH_BYTES_PER_S"
 
 Source = Literal["setting", "device_properties", "name_table", "fastest_known"]
 
@@ -81,12 +78,9 @@ def peak_bandwidth(device_name: str | None, props: object | None, *, gpu: bool, 
     return PeakBandwidth(bytes_per_s=max(KNOWN_PEAKS.values()), source="fastest_known", device_name=device_name)
 
 
-def device_peak_bandwidth(device: str, env: Mapping[str, str] | None = None) -> PeakBandwidth | None:
-    """`peak_bandwidth` for this process's device."""
-    raw = (os.environ if env is None else env).get(BANDWIDTH_ENV)
-    setting = float(raw) if raw else None
-    if setting is not None and not (math.isfinite(setting) and setting > 0):
-        raise ValueError(f"{BANDWIDTH_ENV} must be a positive number of bytes per second, got {raw!r}")
+def device_peak_bandwidth(device: str, setting: float | None = None) -> PeakBandwidth | None:
+    """`peak_bandwidth` for this process's device; `setting`: the worker's KAUDIT_PEAK_BANDWIDTH_BYTES_PER_S
+    (worker.numerics.timing_settings), which overrides the device's own figure."""
     dev = torch.device(device)
     if dev.type != "cuda":
         return peak_bandwidth(None, None, gpu=False, setting=setting)

@@ -17,9 +17,10 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, Field, ValidationError, field_validator
 
 PREFIX = "KAUDIT_"
+BANDWIDTH_ENV = PREFIX + "PEAK_BANDWIDTH_BYTES_PER_S"
 
 
 class TimingSettings(BaseModel):
@@ -45,7 +46,12 @@ class TimingSettings(BaseModel):
     def from_env(cls, env: Mapping[str, str] | None = None) -> TimingSettings:
         source = os.environ if env is None else env
         values = {name: source[PREFIX + name.upper()] for name in cls.model_fields if PREFIX + name.upper() in source}
-        return cls.model_validate(values)
+        try:
+            return cls.model_validate(values)
+        except ValidationError as err:  # name the variable the operator set, not the field
+            bad = "; ".join(f"{PREFIX}{str(e['loc'][0]).upper()}={values.get(str(e['loc'][0]))!r}: {e['msg']}"
+                            for e in err.errors())
+            raise ValueError(f"worker timing settings: {bad}") from None
 
     def retime_threshold(self, device: str) -> float:
         return self.retime_rel_width_gpu if device.startswith("cuda") else self.retime_rel_width_cpu

@@ -18,11 +18,11 @@ FLOOR_PHRASE = "timing below the physical floor, not trusted"
 
 
 def check_floor(ctx: AuditContext, definition: Definition, args: list[Any], first: Case, kernel: TimingSample,
-                timing: dict[str, Any], where: str) -> None:
+                timing: dict[str, Any], where: str, bandwidth_setting: float | None) -> None:
     """The median call may not beat the bytes it must touch over the device's peak bandwidth (worker.numerics.floor).
     A breach is inconclusive: the stage is `error`, not `fail`."""
     touched = bytes_touched(definition, args, first.output_specs(definition))
-    floor = timing_floor(touched.total, device_peak_bandwidth(ctx.device))
+    floor = timing_floor(touched.total, device_peak_bandwidth(ctx.device, bandwidth_setting))
     timing["bandwidth_floor_ms"] = floor.floor_ms if floor is not None else None
     timing["floor"] = None if floor is None else {
         "bytes": touched.total, "output_bytes": touched.outputs, "input_bytes": touched.inputs,

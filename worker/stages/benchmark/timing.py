@@ -48,7 +48,7 @@ def time_kernel(ctx: AuditContext, sb: Sandbox, metrics: dict[str, Any], evidenc
     ref_args = build_case(definition, ctx.reference, w, seed, folder=problem.folder, device=ctx.device).args(definition)
     timed, est = _measure(plan, first, time_reference(ctx, ref_args, cfg), timing)
     kernel = timed.kernel_sample()
-    check_floor(ctx, definition, ref_args, first, kernel, timing, where)
+    check_floor(ctx, definition, ref_args, first, kernel, timing, where, settings.peak_bandwidth_bytes_per_s)
     timing.update(kernel_median_ms=kernel.median_ms,
                   kernel_times_ms=kernel.times_ms if len(kernel.times_ms) <= 20 else None)
     metrics.update(kernel_median_ms=kernel.median_ms)
