@@ -16,7 +16,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from worker.catalogue import DEFAULT_ROOT, Catalogue, load_catalogue, load_problem
-from worker.engine import STAGES, parse_stages, run_audit
+from worker.engine import parse_stages, run_audit
 from worker.formats import (
     FormatError,
     Solution,
@@ -24,9 +24,11 @@ from worker.formats import (
     load_solution,
     solution_from_python_file,
 )
+from worker.registry import audit_stages, register_extra_stages
 from worker.stages.result import AuditReport, StageStatus, Verdict
 
 if TYPE_CHECKING:
+    from app.core.settings import Settings
     from worker.dataset_import import ImportReport
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="kernel-audit: what the benchmark checks, and what it misses.")
@@ -40,6 +42,7 @@ _STATUS_STYLE = {
 
 
 MAX_MESSAGE_CHARS = 2000
+_STAGES_HELP = f"comma-separated subset of {','.join(audit_stages())}, and of the stages KAUDIT_EXTRA_STAGES adds"
 
 
 def _usage_error(console: Console, message: str) -> typer.Exit:
@@ -51,16 +54,30 @@ def _usage_error(console: Console, message: str) -> typer.Exit:
     return typer.Exit(code=2)
 
 
-def _configured_catalogue_root(err: Console) -> Path | None:
-    """KAUDIT_CATALOGUE_ROOT, read as the service reads it (app.core.settings), so the CLI and the service agree."""
+def _settings(err: Console) -> Settings:
+    """The KAUDIT_ settings, read as the service reads them (app.core.settings), so the CLI and the service agree."""
     from pydantic import ValidationError
 
     from app.core.settings import Settings
 
     try:
-        return Settings().catalogue_root
+        return Settings()
     except ValidationError as e:
         raise _usage_error(err, f"the KAUDIT_ settings do not validate: {e.errors()[0]['msg']}") from e
+
+
+def _configured_catalogue_root(err: Console) -> Path | None:
+    """KAUDIT_CATALOGUE_ROOT."""
+    return _settings(err).catalogue_root
+
+
+def _chosen_stages(err: Console, stages: str | None, prefix: str = "") -> tuple[str, ...]:
+    """--stages, checked against every registered stage: the built-in ones and KAUDIT_EXTRA_STAGES's."""
+    register_extra_stages(_settings(err).extra_stages)
+    try:
+        return parse_stages(stages)
+    except ValueError as e:
+        raise _usage_error(err, f"{prefix}{e}") from e
 
 
 def catalogue_root(err: Console, explicit: Path | None) -> Path:
@@ -138,7 +155,7 @@ def audit(
     path: Annotated[Path, typer.Argument(help="solution.json, a folder with one, or a .py file (with --definition)")],
     definition: Annotated[str | None, typer.Option("--definition", "-d", help="definition name (needed for a .py file)")] = None,
     device: Annotated[str, typer.Option(help="cpu or cuda")] = "cpu",
-    stages: Annotated[str | None, typer.Option(help=f"comma-separated subset of {','.join(STAGES)}")] = None,
+    stages: Annotated[str | None, typer.Option(help=_STAGES_HELP)] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object instead of the report")] = False,
     seed: Annotated[int | None, typer.Option(help="audit seed (default: a fresh secret one)")] = None,
     token_stats: Annotated[Path | None, typer.Option(
@@ -177,10 +194,7 @@ def audit(
 
         if not torch.cuda.is_available():
             raise _usage_error(err, "--device cuda: no CUDA device is visible on this machine")
-    try:
-        chosen = parse_stages(stages)
-    except ValueError as e:
-        raise _usage_error(err, str(e)) from e
+    chosen = _chosen_stages(err, stages)
     try:
         if problem_dir is not None:
             own = load_problem(problem_dir)
@@ -393,7 +407,7 @@ def serve(
     host: Annotated[str, typer.Option()] = "127.0.0.1",
     port: Annotated[int, typer.Option()] = 8000,
     device: Annotated[str, typer.Option(help="cpu or cuda")] = "cpu",
-    stages: Annotated[str | None, typer.Option(help=f"comma-separated subset of {','.join(STAGES)}")] = None,
+    stages: Annotated[str | None, typer.Option(help=_STAGES_HELP)] = None,
     new_admin_key: Annotated[bool, typer.Option("--new-admin-key", help="print a fresh admin API key")] = False,
 ) -> None:
     """Start the service on this machine: API + worker, SQLite, no broker server; prints the URL and an admin key."""
@@ -402,10 +416,7 @@ def serve(
 
     if device not in ("cpu", "cuda") and not device.startswith("cuda:"):
         raise _usage_error(Console(stderr=True), f"--device must be cpu or cuda, not '{device}'")
-    try:
-        parse_stages(stages)
-    except ValueError as e:
-        raise _usage_error(Console(stderr=True), f"--stages: {e}") from e
+    _chosen_stages(Console(stderr=True), stages, "--stages: ")
     try:
         run_service(data_dir, host, port, device=device, stages=stages, new_admin_key=new_admin_key)
     except PortUnavailable as e:

@@ -31,10 +31,14 @@ from app.problems.index import ProblemIndex
 from app.problems.router import router as problems_router
 from app.submissions.router import router as submissions_router
 from app.webhooks.router import router as webhooks_router
+from worker.registry import register_extra_stages
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings()
+    # the stages the workers run beyond worker/stages: the API shows them in progress and on the boards (names only:
+    # the API never imports a stage)
+    register_extra_stages(settings.extra_stages)
     access_log.install()  # whoever started uvicorn, its access log carries no query strings
     engine = make_engine(settings)
 

@@ -6,8 +6,9 @@ The service's task only claims the audit, stores what this reports through `on_s
 from __future__ import annotations
 
 import time
-from importlib import import_module
 from collections.abc import Callable, Iterable, Sequence
+from functools import cache
+from importlib import import_module
 
 from worker.budget import AuditBudget, KernelFault
 from worker.catalogue import Problem
@@ -17,40 +18,53 @@ from worker.inputs import MissingInputFile
 from worker.numerics import gpu_memory
 from worker.sandbox import Isolation, SandboxError
 from worker.sandbox.pool import SandboxPool
-from worker.report import STAGE_ORDER, AuditOutcome, AuditReport, StageName, StageResult, StageStatus
+from worker import registry
+from worker.report import AuditOutcome, AuditReport, StageResult, StageStatus
 from worker.stages import verdict as verdict_stage
 from worker.traces import traces_of_stages
 
 StageRun = Callable[[AuditContext], StageResult]
 
-# every stage, in the order it runs: a stage is a module or package worker/stages/<name> with `run(ctx)`, named once
-# in worker.report.StageName; the verdict, which judges the others, is not run here
-STAGES: dict[str, StageRun] = {
-    str(name): import_module(f"worker.stages.{name}").run for name in STAGE_ORDER if name != StageName.verdict
-}
-DEFAULT_STAGES = tuple(STAGES)
-ORDER = (*DEFAULT_STAGES, verdict_stage.NAME)
+
+@cache
+def _run_of(module: str) -> StageRun:
+    run = getattr(import_module(module), "run", None)
+    if not callable(run):
+        raise TypeError(f"stage module {module} has no run(ctx)")
+    return run  # type: ignore[no-any-return]
+
+
+def stage_runs() -> dict[str, StageRun]:
+    """Every registered stage's `run` (worker.registry), in the order they run; a module loads on its first use."""
+    return {name: _run_of(module) for name, module in registry.stage_modules().items()}
+
+
+# the built-in stages load with the engine (a worker's pool process imports it before its first audit); a stage
+# registered from the settings loads when it first runs, so a module that fails to import is that stage's error
+for _module in registry.BUILT_IN:
+    _run_of(_module)
 
 OnStage = Callable[[StageResult], None]
 
 
 def parse_stages(spec: str | Iterable[str] | None) -> tuple[str, ...]:
+    known = registry.audit_stages()
     if spec is None:
-        return DEFAULT_STAGES
+        return known
     names = [s.strip() for s in (spec.split(",") if isinstance(spec, str) else spec) if s.strip()]
-    unknown = [n for n in names if n not in STAGES]
+    unknown = [n for n in names if n not in known]
     if unknown:
-        raise ValueError(f"unknown stage(s) {unknown}; choose from {list(STAGES)}")
-    if "intake" not in names:
-        names.insert(0, "intake")
-    return tuple(n for n in STAGES if n in names)
+        raise ValueError(f"unknown stage(s) {unknown}; choose from {list(known)}")
+    if registry.INTAKE not in names:
+        names.insert(0, registry.INTAKE)
+    return tuple(n for n in known if n in names)
 
 
 def run_stage(name: str, ctx: AuditContext) -> StageResult:
     ctx.begin_stage(name)
     t0 = time.perf_counter()
     try:
-        result = STAGES[name](ctx)
+        result = _run_of(registry.stage_modules()[name])(ctx)
     except SandboxError as err:
         # a timeout is the kernel's only when a kernel call hung (the watch saw it); the auditor's own work
         # running long (the canary's training) or the audit's budget running out is inconclusive
@@ -95,7 +109,7 @@ def _stop_reason(ctx: AuditContext, result: StageResult) -> tuple[str, KernelFau
     watch = ctx.watch
     if watch is not None and watch.hang is not None:
         return f"not run: the kernel hung in {watch.hang.stage} ({watch.hang.message})", watch.hang
-    if result.name == "intake" and result.status is not StageStatus.passed:
+    if result.name == registry.INTAKE and result.status is not StageStatus.passed:
         return "intake did not pass", None
     if watch is None:
         return None
@@ -135,12 +149,13 @@ def run_audit(
                        interrupts=tuple(interrupts), budget=budget, isolation=isolation, pool=pool)
     if seed is not None:
         ctx.seed = seed
-    done = {r.name: r for r in resume if r.name in STAGES}
+    order = registry.audit_stages()
+    done = {r.name: r for r in resume if r.name in order}
     results: list[StageResult] = []
     stop: tuple[str, KernelFault | None] | None = None
     ctx.deadline  # noqa: B018 - the budget's clock starts now
     try:
-        for name in DEFAULT_STAGES:
+        for name in order:
             if name in done:
                 result = done[name]
             else:

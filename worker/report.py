@@ -1,29 +1,33 @@
 """The engine-to-service contract: stage names and order, each stage's result, the verdict's summary, the report.
 
 Torch-free: the service imports it to store and show audits, the engine to produce them. Everything that names a
-stage or reads a verdict goes through these types; a stage added to `STAGE_ORDER` (and the engine's registry,
-worker.engine.STAGES) reaches the API, the dashboard and the webhooks without another edit.
+stage or reads a verdict goes through these types. Which stages exist, and their order, is the stage registry's
+(worker.registry): a stage registered there reaches the engine, the API, the dashboard and the webhooks without
+another edit.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from enum import StrEnum
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, Field
+from pydantic import AfterValidator, BaseModel, Field
 
+from worker.registry import VERDICT, is_stage, stage_order
 
-class StageName(StrEnum):
-    intake = "intake"
-    static = "static"
-    benchmark = "benchmark"
-    probes = "probes"
-    canary = "canary"
-    verdict = "verdict"
+__all__ = ["VERDICT", "AuditOutcome", "AuditReport", "StageName", "StageResult", "StageStatus", "Verdict",
+           "VerdictSummary", "stage_order", "worst_status"]
 
 
-# the order stages run and are shown in; the verdict, which judges the others, is always last
-STAGE_ORDER: tuple[str, ...] = tuple(StageName)
+def _registered(name: str) -> str:
+    if not is_stage(name):
+        raise ValueError(f"unknown stage '{name}'; the registry (worker.registry) has {', '.join(stage_order())}")
+    return name
+
+
+# any stage the registry holds, not a closed enum: a new stage is its package and one registry line
+StageName = Annotated[str, AfterValidator(_registered)]
 
 
 class StageStatus(StrEnum):
@@ -58,8 +62,13 @@ class AuditOutcome(StrEnum):
 _SEVERITY = {StageStatus.failed: 3, StageStatus.error: 2, StageStatus.passed: 1, StageStatus.skipped: 0}
 
 
+def worst_status(statuses: Iterable[StageStatus]) -> StageStatus:
+    """The most severe of `statuses` (at least one), ranked as the verdict ranks stages."""
+    return max(statuses, key=_SEVERITY.__getitem__)
+
+
 class StageResult(BaseModel):
-    name: str
+    name: StageName
     status: StageStatus
     summary: str = Field(description="one line a kernel author understands")
     metrics: dict[str, Any] = Field(default_factory=dict)

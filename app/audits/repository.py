@@ -10,7 +10,9 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import and_, func, or_, select, update
+from collections.abc import Collection
+
+from sqlalchemy import Select, and_, func, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
@@ -18,6 +20,7 @@ from app.audits.status import FINISHED, AuditStatus
 from app.core.db import utcnow
 from app.core.jsonsafe import jsonable, storable_text
 from app.models import Audit, StageResultRow, Submission
+from worker.report import VERDICT, StageStatus
 
 
 def new_audit(session: Session, submission: Submission, *, problem_hash: str, attempt: int, reason: str,
@@ -154,5 +157,18 @@ def mark_enqueued(session: Session, audit_ids: list[str]) -> None:
 def failed_stages(session: Session, audit_id: str) -> list[str]:
     """The audit's stored stages that failed, in the order they ran (the verdict not counted)."""
     return list(session.scalars(select(StageResultRow.name).where(
-        StageResultRow.audit_id == audit_id, StageResultRow.status == "failed", StageResultRow.name != "verdict")
+        StageResultRow.audit_id == audit_id, StageResultRow.status == "failed", StageResultRow.name != VERDICT)
         .order_by(StageResultRow.position)))
+
+
+def stage_statuses(session: Session, audits: Collection[str] | Select[Any]) -> dict[str, dict[str, StageStatus]]:
+    """Each audit's stored stage statuses, the verdict's aside, in the order the stages ran: every stage the registry
+    had when the audit ran (worker.registry), read from its results rather than from a column per stage.
+    `audits`: audit ids, or a select of them."""
+    out: dict[str, dict[str, StageStatus]] = {}
+    for audit_id, name, status in session.execute(
+            select(StageResultRow.audit_id, StageResultRow.name, StageResultRow.status)
+            .where(StageResultRow.audit_id.in_(audits), StageResultRow.name != VERDICT)
+            .order_by(StageResultRow.audit_id, StageResultRow.position)):
+        out.setdefault(audit_id, {})[name] = StageStatus(status)
+    return out

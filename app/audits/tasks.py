@@ -22,6 +22,7 @@ from app.jobs.resources import ProcessLocal, WorkerResources
 from app.models import Problem as ProblemRow
 from app.models import StageResultRow, SubmissionTokenStats
 from app.problems.namespaces import ORIGIN_UPLOADED
+from worker.registry import VERDICT, is_stage, register_extra_stages, stage_order
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +82,7 @@ def _finish_after_internal_error(res: WorkerResources, audit_id: str, err: Excep
 def _run_claimed(res: WorkerResources, audit_id: str, device: str, stages: str | None, seed: int, problem_name: str,
                  source: dict, stored: dict[str, StageResultRow], owner: str, hb: Heartbeat,  # type: ignore[type-arg]
                  finish, submission_id: str) -> str:  # type: ignore[no-untyped-def]
-    from worker.engine import ORDER, run_audit
+    from worker.engine import run_audit
     from worker.formats import Solution
     from worker.probes.token_stats import TokenStatsError
     from worker.stages.result import StageResult, StageStatus
@@ -97,14 +98,16 @@ def _run_claimed(res: WorkerResources, audit_id: str, device: str, stages: str |
         problem = problem.with_token_stats(load_token_stats(res, submission_id))
     except TokenStatsError as err:  # validated at POST by the same reader: only a changed reader gets here
         return finish(AuditStatus.error, "error", f"error: the submission's token_stats no longer load: {err}")
+    # a stage no longer registered (removed since the earlier attempt) is not resumed: this attempt does not run it
     resume = [StageResult(name=r.name, status=StageStatus(r.status), summary=r.summary, metrics=r.metrics, evidence=r.evidence,
-                          duration_s=r.duration_s) for r in stored.values()]
+                          duration_s=r.duration_s) for r in stored.values() if is_stage(r.name)]
+    order = stage_order()
 
     def store(result: StageResult) -> None:
-        record = results.StageRecord(name=result.name, position=ORDER.index(result.name), status=result.status.value,
+        record = results.StageRecord(name=result.name, position=order.index(result.name), status=result.status.value,
                                      summary=result.summary, metrics=result.metrics, evidence=result.evidence,
                                      duration_s=result.duration_s)
-        ok = results.store(res.sessions, audit_id, owner, record, lease_s=settings.lease_s, replace=result.name == "verdict")
+        ok = results.store(res.sessions, audit_id, owner, record, lease_s=settings.lease_s, replace=result.name == VERDICT)
         if not ok or hb.lost.is_set():
             raise LeaseLost(audit_id)
 
@@ -182,6 +185,7 @@ def exit_if_cuda_broken(audit_id: str) -> None:
 
 
 def register(app: Celery, settings: Settings) -> None:
+    register_extra_stages(settings.extra_stages)  # torch-free: the parent registers, every pool process inherits it
     local = ProcessLocal(settings)
 
     @signals.worker_init.connect(weak=False)

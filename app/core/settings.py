@@ -32,6 +32,10 @@ class Settings(BaseSettings):
     )
     queue_prefix: str = ""
     audit_stages: str | None = Field(default=None, description="comma-separated stages to run (default: all)")
+    extra_stages: str | None = Field(
+        default=None, description="comma-separated modules of stages beyond worker/stages, each with run(ctx) and named "
+                                  "by its last dotted part; they run after the built-in ones (worker.registry). The API, "
+                                  "the workers and the CLI register them at start")
     catalogue_root: Path | None = None
     isolation: Literal["namespaces", "none"] = Field(
         default="namespaces",
@@ -96,6 +100,17 @@ class Settings(BaseSettings):
         from app.webhooks.ssrf import AddressPolicy
 
         AddressPolicy.parse(v)  # a typo fails at start, not at the first webhook
+        return v
+
+    @field_validator("extra_stages")
+    @classmethod
+    def _stages_parse(cls, v: str | None) -> str | None:
+        from worker.registry import StageRegistryError, parse_extra_stages
+
+        try:
+            parse_extra_stages(v)  # a typo fails at start, naming the variable, not in the first audit
+        except StageRegistryError as err:
+            raise ValueError(f"KAUDIT_EXTRA_STAGES: {err}") from err
         return v
 
     @model_validator(mode="after")

@@ -4,11 +4,12 @@ the models carry submitter names, never keys)."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 from sqlalchemy import and_, case, func, select
 from sqlalchemy.orm import Session
 
@@ -16,9 +17,10 @@ from app.audits import repository as audits
 from app.audits.status import FINISHED, AuditStatus
 from app.dashboard import plots
 from app.leaderboard.identity import CPU
-from app.leaderboard.repository import STAGES
 from app.leaderboard.schemas import LeaderboardRow
 from app.models import Audit, LeaderboardEntry, Problem, StageResultRow, Submission
+from worker.registry import INTAKE, VERDICT, stage_order
+from worker.report import StageStatus
 
 E = LeaderboardEntry
 EVIDENCE_CHARS = 20_000
@@ -63,7 +65,7 @@ class BoardRow(BaseModel):
     status: str
     verdict: str | None
     caught_by: str | None
-    stages: dict[str, str | None]
+    stages: dict[str, StageStatus] = Field(description="the entry's, as GET /v1/leaderboard shows it; an unranked run's own")
     benchmark_rank: int | None
     audited_rank: int | None
     audited: bool
@@ -128,20 +130,28 @@ def problems(session: Session) -> list[ProblemSummary]:
                                               .order_by(Problem.name))]
 
 
-def _row(e: LeaderboardEntry) -> BoardRow:
-    stages = {s: getattr(e, f"{s}_status") for s in STAGES}
+def board_stages(rows: Iterable[BoardRow]) -> tuple[str, ...]:
+    """The board's stage columns: every registered stage (worker.registry), then any other a row holds (a stage only the
+    workers had registered). Not intake: a run that did not pass it has no other stage to show, and every other run did;
+    not the verdict, which has its own column."""
+    names = dict.fromkeys(s for s in stage_order() if s not in (INTAKE, VERDICT))
+    names.update(dict.fromkeys(s for r in rows for s in r.stages if s not in (INTAKE, VERDICT)))
+    return tuple(names)
+
+
+def _row(e: LeaderboardEntry, own: dict[str, StageStatus]) -> BoardRow:
     common = dict(submission_id=e.submission_id, submitter=e.submitter, solution_name=e.solution_name,
-                  hardware=e.hardware, passes_benchmark=e.passes_benchmark, status=e.status, stages=stages,
+                  hardware=e.hardware, passes_benchmark=e.passes_benchmark, status=e.status,
                   benchmark_rank=e.benchmark_rank, audited_rank=e.audited_rank, finished_at=e.finished_at)
-    if e.row_json is not None:  # an entry: its numbers, verdict and catch cover every run folded into it
+    if e.row_json is not None:  # an entry: its numbers, verdict, catch and stages cover every run folded into it
         entry = LeaderboardRow.model_validate_json(e.row_json)
-        return BoardRow(**common, kernel_ms=entry.kernel_ms, speedup=entry.speedup, speedup_ci=entry.speedup_ci,
-                        runs=entry.runs, tied=entry.tied, indicative=entry.indicative, verdict=entry.verdict,
-                        caught_by=entry.caught_by, audited=e.audited_rank is not None,
+        return BoardRow(**common, stages=entry.stages, kernel_ms=entry.kernel_ms, speedup=entry.speedup,
+                        speedup_ci=entry.speedup_ci, runs=entry.runs, tied=entry.tied, indicative=entry.indicative,
+                        verdict=entry.verdict, caught_by=entry.caught_by, audited=e.audited_rank is not None,
                         caught=e.audited_rank is None)
     ci = [e.speedup_lo, e.speedup_hi] if e.speedup_lo is not None and e.speedup_hi is not None else None
-    return BoardRow(**common, kernel_ms=e.kernel_ms, speedup=e.speedup, speedup_ci=ci, indicative=bool(e.indicative),
-                    verdict=e.verdict, caught_by=e.caught_by,
+    return BoardRow(**common, stages=own, kernel_ms=e.kernel_ms, speedup=e.speedup, speedup_ci=ci,
+                    indicative=bool(e.indicative), verdict=e.verdict, caught_by=e.caught_by,
                     audited=e.passes_benchmark is True and e.status == AuditStatus.passed,
                     caught=e.passes_benchmark is True and e.status == AuditStatus.failed)
 
@@ -163,9 +173,11 @@ def board(session: Session, problem: str, show: RowFilter) -> list[BoardRow]:
     CPU's) in rank order, then every unranked run, latest first. A run folded into an entry (the same kernel
     submitted again) is not listed on its own: the entry counts it. A kernel an audit caught stays where the
     benchmark puts it, marked, with no audited rank."""
-    stmt = (select(E).where(E.problem_name == problem, E.folded_into.is_(None))
-            .order_by(E.position.is_(None), E.hardware == CPU, E.hardware, E.position, E.finished_at.desc()))
-    return [r for r in (_row(e) for e in session.scalars(stmt)) if _shown(r, show)]
+    listed = (E.problem_name == problem, E.folded_into.is_(None))
+    stmt = select(E).where(*listed).order_by(E.position.is_(None), E.hardware == CPU, E.hardware, E.position,
+                                             E.finished_at.desc())
+    stages = audits.stage_statuses(session, select(E.audit_id).where(*listed))
+    return [r for r in (_row(e, stages.get(e.audit_id, {})) for e in session.scalars(stmt)) if _shown(r, show)]
 
 
 def in_progress(session: Session, problem: str) -> list[InProgress]:

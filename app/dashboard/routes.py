@@ -36,7 +36,6 @@ from app.core.errors import RETRY_AFTER_S, error_response, unreachable
 from app.dashboard import listing, queries
 from app.dashboard.access import GateDep, ViewerDep, locked, log_out, open_with_key, viewer
 from app.dashboard.redact import Shown, for_viewer
-from app.leaderboard.repository import STAGES
 
 log = logging.getLogger(__name__)
 HERE = Path(__file__).resolve().parent
@@ -265,7 +264,7 @@ def leaderboard_page(request: Request, problem: str, services: ServicesDep, gate
         history = listing.history_figure(session, problem)
     return _page(request, "leaderboard.html", who, {
         "problem": problem, "page": page, "want": want, "show": show, "filters": list(queries.RowFilter),
-        "stages": STAGES, "live": live, "live_problem": problem, "history": history})
+        "stages": queries.board_stages(page.rows), "live": live, "live_problem": problem, "history": history})
 
 
 @router.get("/submissions", response_class=HTMLResponse)

@@ -29,6 +29,8 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from worker.report import StageStatus, worst_status
+
 Board = Literal["benchmark", "audited"]
 BOARDS: tuple[Board, ...] = ("benchmark", "audited")
 RANKED_STATUSES = ("passed", "failed")
@@ -55,6 +57,7 @@ class Run(BaseModel):
     speedup_lo: float | None = None
     speedup_hi: float | None = None
     indicative: bool = False
+    stages: dict[str, StageStatus] = Field(default_factory=dict, description="each stage's status, the verdict's aside")
 
     @property
     def ranked(self) -> bool:
@@ -91,6 +94,7 @@ class Entry(BaseModel):
     numerically_sound: bool | None = Field(description="false if any run's probes failed; null if none ran")
     indicative: bool = Field(description="some run's figures are only indicative (timed on the CPU)")
     audited_at: datetime | None = Field(description="the latest run's finish")
+    stages: dict[str, StageStatus] = Field(description="each stage's worst status over the runs")
     rank: int = 0
     tied: bool = False
     position: int = 0
@@ -99,6 +103,13 @@ class Entry(BaseModel):
 def _median(xs: Iterable[float | None]) -> float | None:
     vals = [x for x in xs if x is not None]
     return float(statistics.median(vals)) if vals else None
+
+
+def _stages(runs: list[Run]) -> dict[str, StageStatus]:
+    """Each stage's worst status over the runs (failed, error, passed, skipped): a stage that caught one run caught the
+    kernel, as the entry's verdict says."""
+    names = dict.fromkeys(name for r in runs for name in r.stages)
+    return {name: worst_status(r.stages[name] for r in runs if name in r.stages) for name in names}
 
 
 def _entry(hardware: str, kernel_hash: str, runs: list[Run]) -> Entry:
@@ -116,7 +127,7 @@ def _entry(hardware: str, kernel_hash: str, runs: list[Run]) -> Entry:
         kernel_ms=_median(r.kernel_ms for r in runs), reference_ms=_median(r.reference_ms for r in runs),
         verdict="fail" if caught else "pass", caught_by=next((r.caught_by for r in caught if r.caught_by), None),
         numerically_sound=(all(sound) if sound else None), indicative=any(r.indicative for r in runs),
-        audited_at=max(finished) if finished else None,
+        audited_at=max(finished) if finished else None, stages=_stages(runs),
     )
 
 

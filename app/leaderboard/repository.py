@@ -19,13 +19,14 @@ from pydantic import BaseModel
 from sqlalchemy import Row, func, select
 from sqlalchemy.orm import Session
 
+from app.audits.repository import stage_statuses
 from app.audits.status import FINISHED
 from app.leaderboard import identity
 from app.leaderboard.ranking import Board, Entry, Run, rank_boards
 from app.leaderboard.schemas import LeaderboardRow
 from app.models import Audit, LeaderboardEntry, Problem, StageResultRow, Submission
+from worker.report import StageStatus
 
-STAGES = ("static", "benchmark", "probes", "canary")
 FAILING = ("failed", "error")
 
 # the boards as the webhooks name them: "leaderboard" is the benchmark board (GET /v1/leaderboard's default)
@@ -117,7 +118,8 @@ def _finite(x: Any) -> float | None:
 
 
 def _from_stages(stages: dict[str, Row[Any]]) -> dict[str, Any]:
-    """The few numbers and statuses the boards show, from the audit's stage rows."""
+    """The numbers and judgements the boards rank by, from the audit's stage rows (its statuses are read from them too:
+    `stage_statuses`)."""
     bench, probes, verdict = stages.get("benchmark"), stages.get("probes"), stages.get("verdict")
     vm = verdict.metrics if verdict is not None else {}
     passes = vm.get("passes_benchmark")
@@ -139,14 +141,13 @@ def _from_stages(stages: dict[str, Row[Any]]) -> dict[str, Any]:
                                                    if s.name != "verdict" and s.status in FAILING]
     return dict(kernel_ms=kernel, reference_ms=ref, speedup=speedup, speedup_lo=lo, speedup_hi=hi,
                 indicative=indicative if isinstance(indicative, bool) else None,
-                passes_benchmark=passes, numerically_sound=sound, caught_by=caught[0] if caught else None,
-                **{f"{name}_status": stages[name].status if name in stages else None for name in STAGES})
+                passes_benchmark=passes, numerically_sound=sound, caught_by=caught[0] if caught else None)
 
 
 # ---------------------------------------------------------------- ranks
 
 
-def _run(e: LeaderboardEntry, submitted_at: datetime) -> Run:
+def _run(e: LeaderboardEntry, submitted_at: datetime, stages: dict[str, StageStatus]) -> Run:
     return Run(submission_id=e.submission_id, submitter=e.submitter, solution_name=e.solution_name,
                submitted_at=submitted_at, finished_at=e.finished_at,
                # a row written before hashes were kept is its own kernel until it is rewritten
@@ -154,7 +155,7 @@ def _run(e: LeaderboardEntry, submitted_at: datetime) -> Run:
                status=e.status, verdict=e.verdict, passes_benchmark=e.passes_benchmark,
                numerically_sound=e.numerically_sound, caught_by=e.caught_by, kernel_ms=e.kernel_ms,
                reference_ms=e.reference_ms, speedup=e.speedup, speedup_lo=e.speedup_lo, speedup_hi=e.speedup_hi,
-               indicative=bool(e.indicative) or e.hardware == identity.CPU)
+               indicative=bool(e.indicative) or e.hardware == identity.CPU, stages=stages)
 
 
 def rerank(session: Session, problem: str) -> list[RankChange]:
@@ -162,9 +163,11 @@ def rerank(session: Session, problem: str) -> list[RankChange]:
     rows = session.execute(select(LeaderboardEntry, Submission.created_at)
                            .join(Submission, Submission.id == LeaderboardEntry.submission_id)
                            .where(LeaderboardEntry.problem_name == problem)).all()
+    # every stage's status from the stored results, whichever stages the registry had (no column per stage)
+    stages = stage_statuses(session, select(LeaderboardEntry.audit_id).where(LeaderboardEntry.problem_name == problem))
     placed: dict[str, dict[Board, Entry]] = {}  # an entry's submission -> its entry on each board
     folded: dict[str, str] = {}  # a folded run -> the submission whose entry shows it
-    for (board, _), entries in rank_boards(_run(e, created) for e, created in rows).items():
+    for (board, _), entries in rank_boards(_run(e, created, stages.get(e.audit_id, {})) for e, created in rows).items():
         for entry in entries:
             placed.setdefault(entry.submission_id, {})[board] = entry
             folded.update({sid: entry.submission_id for sid in entry.submission_ids[1:]})
@@ -202,4 +205,4 @@ def row_of(entry: Entry) -> LeaderboardRow:
                           speedup_ci=[entry.speedup_lo, entry.speedup_hi], runs=entry.runs,
                           submission_ids=entry.submission_ids, passes_benchmark=True,
                           numerically_sound=entry.numerically_sound, verdict=entry.verdict, caught_by=entry.caught_by,
-                          indicative=entry.indicative, audited_at=entry.audited_at)
+                          indicative=entry.indicative, audited_at=entry.audited_at, stages=entry.stages)

@@ -4,6 +4,8 @@ from datetime import datetime
 
 from pydantic import BaseModel, Field
 
+from worker.report import StageStatus
+
 
 class LeaderboardRow(BaseModel):
     """One entry of a board (app.leaderboard.ranking): a kernel on one hardware, its identical runs folded in."""
@@ -26,6 +28,10 @@ class LeaderboardRow(BaseModel):
     caught_by: str | None = None
     indicative: bool = Field(False, description="CPU figures: round trips through the sandbox, indicative only")
     audited_at: datetime | None
+    stages: dict[str, StageStatus] = Field(
+        default_factory=dict, description="every stage's status but the verdict's, in the order the stages ran (any "
+                                          "stage registered in worker.registry); over folded runs, each stage's worst "
+                                          "(failed, error, passed, skipped)")
 
 
 class Leaderboard(BaseModel):

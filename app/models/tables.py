@@ -217,10 +217,8 @@ class LeaderboardEntry(Base):
     speedup: Mapped[float | None] = mapped_column(Float, nullable=True)
     passes_benchmark: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
     numerically_sound: Mapped[bool | None] = mapped_column(Boolean, nullable=True, doc="None: the probes did not run")
-    static_status: Mapped[str | None] = mapped_column(String(16), nullable=True)
-    benchmark_status: Mapped[str | None] = mapped_column(String(16), nullable=True)
-    probes_status: Mapped[str | None] = mapped_column(String(16), nullable=True)
-    canary_status: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    # no column per stage: each stage's status is read from the audit's stage_results (app.audits.repository.stage_statuses),
+    # so a stage added to the registry (worker.registry) needs no migration
     # ranks come from app.leaderboard.ranking, on the run's board (problem, hardware); a folded run has none
     rank: Mapped[int | None] = mapped_column(Integer, nullable=True, doc="GET /v1/leaderboard: the benchmark board's rank")
     sound_rank: Mapped[int | None] = mapped_column(Integer, nullable=True, doc="GET /v1/leaderboard?sound_only: the audited board's")

@@ -9,7 +9,7 @@ from typing import Any
 from app.audits.status import FINISHED, AuditStatus
 from app.models import Audit, StageResultRow
 from app.submissions.schemas import Attempt, Progress, StageOut
-from worker.report import STAGE_ORDER
+from worker.report import stage_order
 
 # integers beyond this lose digits in JavaScript and jq (IEEE doubles)
 MAX_SAFE_INT = 2**53 - 1
@@ -33,12 +33,13 @@ def progress(audit: Audit, rows: Sequence[StageResultRow], now: datetime) -> Pro
     if audit.status != AuditStatus.running or audit.started_at is None:
         return None
     stored = {r.name for r in rows}
-    current = next((name for name in STAGE_ORDER if name not in stored), None)
+    order = stage_order()
+    current = next((name for name in order if name not in stored), None)
     since = max((r.created_at for r in rows), default=audit.started_at)
     return Progress(current_stage=current,
                     current_stage_elapsed_s=round(max(0.0, (now - since).total_seconds()), 3) if current else None,
                     elapsed_s=round(max(0.0, (now - audit.started_at).total_seconds()), 3),
-                    stages_done=len(stored), stages_total=len(STAGE_ORDER))
+                    stages_done=len(stored), stages_total=len(order))
 
 
 def stage_out(row: StageResultRow) -> StageOut:

@@ -6,6 +6,8 @@ from enum import StrEnum
 
 from pydantic import BaseModel, Field
 
+from worker.report import StageStatus
+
 
 class EventType(StrEnum):
     submission_received = "submission.received"
@@ -53,6 +55,9 @@ class AuditCompleted(BaseModel):
     failed_stages: list[str]
     passes_benchmark: bool | None = Field(description="the benchmark's own verifier; null if it did not run")
     numerically_sound: bool | None = Field(description="the probes; null if they did not run")
+    stages: dict[str, StageStatus] = Field(
+        default_factory=dict, description="every stage's status but the verdict's, in the order the stages ran (any "
+                                          "stage registered in worker.registry)")
     status_url: str
 
 

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from app.audits.repository import stage_statuses
 from app.leaderboard.repository import RankChange
 from app.models import Audit, StageResultRow, Submission
 from app.webhooks import outbox
@@ -18,7 +19,7 @@ from app.webhooks.event_types import (
     SubmissionReaudited,
     SubmissionReceived,
 )
-from worker.report import StageName, StageResult, VerdictSummary
+from worker.report import VERDICT, StageResult, VerdictSummary
 
 
 def _status_url(submission_id: str) -> str:
@@ -55,14 +56,15 @@ def stage_completed(session: Session, audit_id: str, stage: str, status: str, su
 def audit_completed(session: Session, audit_id: str) -> None:
     audit, sub = _audit_and_submission(session, audit_id)
     row = session.scalar(select(StageResultRow).where(StageResultRow.audit_id == audit_id,
-                                                      StageResultRow.name == StageName.verdict))
+                                                      StageResultRow.name == VERDICT))
     summary = _verdict_summary(row)
     data = AuditCompleted(submission_id=sub.id, audit_id=audit_id, problem=sub.problem_name, status=audit.status,
                           verdict=audit.verdict, summary=audit.summary or "",
                           caught_by=summary.first_catch if summary else None,
                           failed_stages=summary.caught_by if summary else [],
                           passes_benchmark=summary.passes_benchmark if summary else None,
-                          numerically_sound=summary.numerically_sound if summary else None, status_url=_status_url(sub.id))
+                          numerically_sound=summary.numerically_sound if summary else None,
+                          stages=stage_statuses(session, [audit_id]).get(audit_id, {}), status_url=_status_url(sub.id))
     outbox.emit(session, EventType.audit_completed, audit_id, data, owner_key_id=sub.api_key_id, audit_id=audit_id)
 
 

@@ -10,11 +10,12 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import httpx
+from sqlalchemy import Engine
 
 from app.auth.keys import create_api_key
 from app.core import migrate
@@ -95,6 +96,20 @@ def bootstrap(settings: Settings) -> dict[str, str]:
     return keys
 
 
+def bootstrap_at(settings: Settings, revision: str, submitters: Sequence[str]) -> Engine:
+    """An older schema, where a migration starts: migrated to `revision`, the catalogue synced, a key per submitter.
+    The caller disposes of the engine."""
+    from worker.catalogue import load_catalogue
+
+    migrate.upgrade(settings, revision)
+    engine = make_engine(settings)
+    with make_sessionmaker(engine).begin() as s:
+        sync_catalogue(s, load_catalogue(), settings)
+        for who in submitters:
+            create_api_key(s, who)
+    return engine
+
+
 def env_for(settings: Settings, **extra: str) -> dict[str, str]:
     from app.core.envvars import settings_env
 
@@ -134,19 +149,19 @@ class Proc:
         return self.log.read_text(errors="replace")[-n:]
 
 
-def start_worker(settings: Settings, log: Path, name: str = "w", **env: str) -> Proc:
-    argv = [sys.executable, "-m", "celery", "-A", "app.jobs.worker", "worker", "-Q", settings.audit_queue,
+def start_worker(settings: Settings, log: Path, name: str = "w", queues: str | None = None, **env: str) -> Proc:
+    argv = [sys.executable, "-m", "celery", "-A", "app.jobs.worker", "worker", "-Q", queues or settings.audit_queue,
             "--concurrency", "1", "--pool", "prefork", "-n", f"{name}-{uuid.uuid4().hex[:6]}@%h", "--loglevel", "INFO",
             "--without-gossip", "--without-mingle"]
     return Proc(argv, env_for(settings, **env), log)
 
 
 
-def start_api(settings: Settings, log: Path) -> tuple[Proc, str]:
+def start_api(settings: Settings, log: Path, **env: str) -> tuple[Proc, str]:
     port = free_port()
     argv = [sys.executable, "-m", "uvicorn", "--factory", "app.main:create_app", "--host", "127.0.0.1", "--port", str(port),
             "--log-level", "warning"]
-    proc = Proc(argv, env_for(settings), log)
+    proc = Proc(argv, env_for(settings, **env), log)
     url = f"http://127.0.0.1:{port}"
     wait_for(lambda: _healthy(url), 60, f"API did not start: {log}", proc)
     return proc, url

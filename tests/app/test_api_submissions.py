@@ -10,7 +10,8 @@ from svc_support import example
 from test_api import auth
 
 from app.audits import repository as audits
-from app.submissions.views import MAX_SAFE_INT, STAGE_ORDER
+from app.submissions.views import MAX_SAFE_INT
+from worker.report import stage_order
 
 # the API fixtures of test_api.py (sqlite_api: SQLite only; api: SQLite and Postgres)
 api = test_api.api
@@ -30,17 +31,17 @@ def _run_stages(client, audit_id: str, stages: list[tuple[str, dict]], finish: s
         assert audits.claim(s, audit_id, "test-worker", 60) is not None
     for name, evidence in stages:
         with client.app.state.services.sessions.begin() as s:
-            assert audits.store_stage(s, audit_id, "test-worker", name=name, position=STAGE_ORDER.index(name), status="passed",
+            assert audits.store_stage(s, audit_id, "test-worker", name=name, position=stage_order().index(name), status="passed",
                                       summary=f"{name} ok", metrics={"n": 1}, evidence=evidence, duration_s=0.5, lease_s=60)
     if finish:
         with client.app.state.services.sessions.begin() as s:
             assert audits.finish(s, audit_id, "test-worker", finish, "pass" if finish == "passed" else "fail", "done")
 
 
-def test_stage_order_matches_the_engine() -> None:
-    from worker.engine import ORDER
+def test_stage_order_is_the_engines() -> None:
+    from worker.engine import stage_runs
 
-    assert STAGE_ORDER == ORDER
+    assert stage_order() == (*stage_runs(), "verdict")
 
 
 def test_list_own_submissions_paginated_and_filtered(api) -> None:  # type: ignore[no-untyped-def]
@@ -117,7 +118,7 @@ def test_progress_while_running(api) -> None:  # type: ignore[no-untyped-def]
     s = client.get(f"/v1/submissions/{sid}", headers=auth(keys["alice"])).json()
     p = s["progress"]
     assert s["status"] == "running" and p["current_stage"] == "benchmark"
-    assert p["stages_done"] == 2 and p["stages_total"] == len(STAGE_ORDER)
+    assert p["stages_done"] == 2 and p["stages_total"] == len(stage_order())
     assert 0 <= p["current_stage_elapsed_s"] <= p["elapsed_s"]
     assert [(st["name"], st["duration_s"]) for st in s["stages"]] == [("intake", 0.5), ("static", 0.5)]
     with client.app.state.services.sessions.begin() as sess:

@@ -15,7 +15,7 @@ import httpx
 import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
-from svc_support import bootstrap, example, start_api
+from svc_support import bootstrap, bootstrap_at, example, start_api
 
 from app.audits import events, repository
 from app.auth.keys import create_api_key
@@ -224,17 +224,10 @@ def test_the_migration_folds_and_ranks_audits_finished_before_it(service_setting
     kernel hash from its stored solution JSON and ranks every problem with the one ranking."""
     from app.core import migrate
     from app.models import LeaderboardEntry
-    from app.problems.service import sync_catalogue
-    from worker.catalogue import load_catalogue
 
-    migrate.upgrade(service_settings, "0007")
-    engine = make_engine(service_settings)
+    engine = bootstrap_at(service_settings, "0007", ["alice", "bob"])
     sessions = make_sessionmaker(engine)
     try:
-        with sessions.begin() as s:
-            sync_catalogue(s, load_catalogue(), service_settings)
-            for who in ("alice", "bob"):
-                create_api_key(s, who)
         ids = []
         for seed in (SEEDS[5], SEEDS[6], SEEDS[3]):  # dup1 and dup2 (kernel A), small (kernel C)
             with UnitOfWork(sessions, _NoBroker()) as uow:  # type: ignore[arg-type]

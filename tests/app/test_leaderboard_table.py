@@ -16,6 +16,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from svc_support import bootstrap, example
 
 from app.audits import events, repository
+from app.audits.repository import stage_statuses
 from app.auth.principal import Principal
 from app.core.db import make_engine, make_sessionmaker
 from app.core.settings import Settings
@@ -102,7 +103,7 @@ def test_rows_are_written_with_the_finishing_transaction_and_ranks_move(world) -
     with sessions() as s:
         e = s.get(LeaderboardEntry, fast)
         assert e is not None and (e.rank, e.benchmark_rank, e.audited_rank, e.caught_by) == (1, 1, None, "probes")
-        assert (e.static_status, e.benchmark_status, e.probes_status, e.canary_status) == ("passed", "passed", "failed", None)
+        assert stage_statuses(s, [fast_audit])[fast_audit] == caught  # read from its stage results, in stage order
         assert e.numerically_sound is False and e.speedup == pytest.approx(20.0)
 
     # rolled back with its transaction: an audit whose finish does not commit leaves no row
@@ -123,6 +124,7 @@ def test_rows_are_written_with_the_finishing_transaction_and_ranks_move(world) -
         assert [(r.rank, r.submitter, r.kernel_ms) for r in lb.rows] == [(1, "alice", 0.05), (2, "alice", 0.1), (3, "bob", 0.2)]
         assert lb.rows[0].numerically_sound is False and lb.rows[0].passes_benchmark is True
         assert lb.rows[0].verdict == "fail" and lb.rows[0].caught_by == "probes" and lb.rows[0].hardware == "cpu"
+        assert lb.rows[0].stages == caught and lb.rows[1].stages == lb.rows[2].stages == PASSED
         sound = leaderboard(s, PROBLEM, sound_only=True)
         assert [(r.rank, r.submitter, r.kernel_ms) for r in sound.rows] == [(1, "alice", 0.1), (2, "bob", 0.2)]
 
