@@ -14,9 +14,11 @@ with the same seeds, in each scenario:
   audits_nolock  the same with KAUDIT_TIMING_LOCK=0: timed windows may overlap too
   hostile        beside a process that saturates the GPU in bursts (bf16 matmuls for --burst-ms, idle for --gap-ms);
                  it takes no lock, as a tenant outside the service would not
+  mixed          N-1 others at once: N-2 honest audits (with the lock) and the bursty hog (without)
 
-It prints a table (median speedup and kernel time, their spread over the repeats, the median interval width, how
-many intervals cover the alone speedup, re-times, lock waits) and writes DIR/noisy_neighbour.json (every run) and
+It prints a table (median speedup and kernel time, their spread over the repeats, how far each median moved from
+the alone one, the median interval width, how many intervals cover the alone speedup, re-times, lock waits, and the
+neighbours' own throughput in audits per hour) and writes DIR/noisy_neighbour.json (every run) and
 DIR/noisy_neighbour.md (the table). Needs a CUDA GPU; exits with status 2 without one. With --lock-clocks (root)
 the stage locks the graphics clock during its timed window (KAUDIT_LOCK_GPU_CLOCKS=max) and the report says
 whether that worked.
@@ -39,7 +41,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-SCENARIOS = ("alone", "audits", "audits_nolock", "hostile")
+SCENARIOS = ("alone", "audits", "audits_nolock", "hostile", "mixed")
 NEIGHBOUR_EXAMPLES = ("embedding_backward/pytorch_fp32", "rmsnorm_backward/triton", "cross_entropy/triton",
                       "embedding_rmsnorm_backward/triton_fp32")
 ALL_STAGES = ("intake", "static", "benchmark", "probes", "canary")
@@ -77,7 +79,7 @@ def measure(kernel: str, device: str, seed: int) -> dict[str, Any]:
             **{k: timing.get(k) for k in keys}}
 
 
-def neighbour(examples: list[str], device: str, seed: int, ready: Event, stop: Event, finished: Any) -> None:
+def neighbour(examples: list[str], device: str, seed: int, ready: Event, stop: Event, finished: Any, completed: Any) -> None:
     """Full audits of honest kernels, one after another, until told to stop."""
     import torch
 
@@ -91,12 +93,21 @@ def neighbour(examples: list[str], device: str, seed: int, ready: Event, stop: E
     while not stop.is_set():
         problem_name, solution_name = examples[i % len(examples)].split("/")
         problem = catalogue.get(problem_name)
+        complete = False
         try:
-            run_audit(problem, problem.example_solution(solution_name), device=device, stages=ALL_STAGES, seed=seed + i)
+            report = run_audit(problem, problem.example_solution(solution_name), device=device, stages=ALL_STAGES,
+                               seed=seed + i)
+            errors = [f"{s.name}: {s.summary[:200]}" for s in report.stages if str(s.status) == "error"]
+            complete = not errors
+            if errors:  # an audit with a stage in error did less work than a real one: not counted as throughput
+                print(f"neighbour audit of {examples[i % len(examples)]} ended with errors: {errors}", flush=True)
         except Exception:  # noqa: BLE001 - a neighbour's failure must not stop the measurement; it is counted
             traceback.print_exc()
         with finished.get_lock():
             finished.value += 1
+        if complete:
+            with completed.get_lock():
+                completed.value += 1
         i += 1
 
 
@@ -127,17 +138,20 @@ class Background:
     def __init__(self, scenario: str, args: argparse.Namespace) -> None:
         self.stop = SPAWN.Event()
         self.finished = SPAWN.Value("i", 0)
+        self.completed = SPAWN.Value("i", 0)  # neighbour audits every stage of which ran (none in error)
         self.busy_s = SPAWN.Value("d", 0.0)
         self.procs: list[Any] = []
         self.readies: list[Event] = []
-        if scenario.startswith("audits"):
-            for k in range(args.n - 1):
+        honest = args.n - 1 if scenario.startswith("audits") else args.n - 2 if scenario == "mixed" else 0
+        if honest > 0:
+            for k in range(honest):
                 ready = SPAWN.Event()
                 examples = list(NEIGHBOUR_EXAMPLES[k % len(NEIGHBOUR_EXAMPLES):]) + list(NEIGHBOUR_EXAMPLES)
                 self.procs.append(SPAWN.Process(target=neighbour, args=(examples, args.device, 1000 * (k + 1), ready,
-                                                                         self.stop, self.finished), daemon=True))
+                                                                         self.stop, self.finished, self.completed),
+                                          daemon=True))
                 self.readies.append(ready)
-        elif scenario == "hostile":
+        if scenario in ("hostile", "mixed"):
             ready = SPAWN.Event()
             self.procs.append(SPAWN.Process(target=hog, args=(args.device, args.matmul, args.burst_ms, args.gap_ms, ready,
                                                              self.stop, self.busy_s), daemon=True))
@@ -165,11 +179,16 @@ def _q(xs: list[float]) -> tuple[float | None, float | None, float | None]:
     return (min(xs), statistics.median(xs), max(xs)) if xs else (None, None, None)
 
 
-def summarise(scenario: str, runs: list[dict[str, Any]], alone_speedup: float | None, extra: dict[str, Any]) -> dict[str, Any]:
+def _moved(value: float | None, alone: float | None) -> float | None:
+    return value / alone - 1 if value is not None and alone else None
+
+
+def summarise(scenario: str, runs: list[dict[str, Any]], alone: dict[str, Any] | None, extra: dict[str, Any]) -> dict[str, Any]:
     ok = [r for r in runs if r.get("speedup") is not None]
     speedups = [r["speedup"] for r in ok]
     kernel = [r["kernel_median_ms"] for r in ok if r.get("kernel_median_ms") is not None]
     widths = [r["speedup_ci_rel_width"] for r in ok if r.get("speedup_ci_rel_width") is not None]
+    alone_speedup = alone["speedup_median"] if alone else None
     covers = [r for r in ok if alone_speedup is not None and r["speedup_ci"][0] <= alone_speedup <= r["speedup_ci"][1]]
     lo_s, med_s, hi_s = _q(speedups)
     lo_k, med_k, hi_k = _q(kernel)
@@ -177,6 +196,8 @@ def summarise(scenario: str, runs: list[dict[str, Any]], alone_speedup: float | 
         "scenario": scenario, "runs": len(runs), "passed": sum(r["status"] == "passed" for r in runs),
         "speedup_median": med_s, "speedup_spread": (hi_s / lo_s - 1) if lo_s else None,
         "kernel_ms_median": med_k, "kernel_ms_spread": (hi_k / lo_k - 1) if lo_k else None,
+        "speedup_vs_alone": _moved(med_s, alone_speedup),
+        "kernel_ms_vs_alone": _moved(med_k, alone["kernel_ms_median"] if alone else None),
         "ci_rel_width_median": statistics.median(widths) if widths else None,
         "ci_covers_alone": f"{len(covers)}/{len(ok)}" if alone_speedup is not None else "-",
         "retimed": sum(bool(r.get("retimed")) for r in ok),
@@ -189,8 +210,11 @@ def summarise(scenario: str, runs: list[dict[str, Any]], alone_speedup: float | 
 
 COLUMNS = (("scenario", "{}"), ("runs", "{}"), ("passed", "{}"), ("speedup_median", "{:.3f}"),
            ("speedup_spread", "{:.1%}"), ("kernel_ms_median", "{:.4f}"), ("kernel_ms_spread", "{:.1%}"),
+           ("speedup_vs_alone", "{:+.1%}"), ("kernel_ms_vs_alone", "{:+.1%}"),
            ("ci_rel_width_median", "{:.1%}"), ("ci_covers_alone", "{}"), ("retimed", "{}"),
-           ("lock_wait_s_median", "{:.2f}"), ("exclusive", "{}"), ("neighbour_audits", "{}"), ("hog_busy_share", "{:.0%}"))
+           ("lock_wait_s_median", "{:.2f}"), ("exclusive", "{}"), ("neighbour_audits", "{}"), ("neighbour_audits_errored", "{}"),
+           ("neighbour_audits_per_hour", "{:.0f}"),
+           ("hog_busy_share", "{:.0%}"))
 
 
 def table(rows: list[dict[str, Any]]) -> str:
@@ -239,12 +263,12 @@ def main() -> int:
     print(f"warm-up: {warm['status']} in {warm['wall_s']} s", flush=True)
     runs: dict[str, list[dict[str, Any]]] = {}
     summaries: list[dict[str, Any]] = []
-    alone: float | None = None
+    alone: dict[str, Any] | None = None
     for scenario in scenarios:
         os.environ["KAUDIT_TIMING_LOCK"] = "0" if scenario == "audits_nolock" else "1"  # this process and its children
-        t0 = time.perf_counter()
         with Background(scenario, args) as bg:
-            before = bg.finished.value
+            t0 = time.perf_counter()  # after the others are ready: their start-up is not their throughput
+            before, before_complete = bg.finished.value, bg.completed.value
             runs[scenario] = []
             for r in range(args.repeats):
                 row = measure(args.kernel, args.device, args.seed + r)
@@ -252,21 +276,28 @@ def main() -> int:
                 print(f"  {scenario} #{r + 1}: {row['status']} speedup {row.get('speedup')} ci {row.get('speedup_ci')} "
                       f"kernel {row.get('kernel_median_ms')} ms, lock wait {row.get('lock_wait_s')} s", flush=True)
             elapsed = time.perf_counter() - t0
-            extra = {"neighbour_audits": bg.finished.value - before if scenario.startswith("audits") else None,
-                     "hog_busy_share": bg.busy_s.value / elapsed if scenario == "hostile" else None}
+            done = bg.completed.value - before_complete
+            neighbours = scenario.startswith("audits") or scenario == "mixed"
+            extra = {"neighbour_audits": done if neighbours else None,
+                     "neighbour_audits_errored": bg.finished.value - before - done if neighbours else None,
+                     "neighbour_audits_per_hour": done / elapsed * 3600 if neighbours else None,
+                     "hog_busy_share": bg.busy_s.value / elapsed if scenario in ("hostile", "mixed") else None}
         summary = summarise(scenario, runs[scenario], alone, extra)
         if scenario == "alone":
-            alone = summary["speedup_median"]
+            alone = summary
             summary = summarise(scenario, runs[scenario], alone, extra)
         summaries.append(summary)
-    text = table(summaries)
-    print("\n" + text, flush=True)
-    meta["ended"] = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
-    (args.out / "noisy_neighbour.json").write_text(json.dumps({"meta": meta, "summary": summaries, "runs": runs,
-                                                                "warmup": warm}, indent=1, default=str))
-    (args.out / "noisy_neighbour.md").write_text(
-        f"# noisy neighbour: {args.kernel} on {gpu}\n\n{json.dumps(meta)}\n\n{text}\n")
+        write(args.out, meta, summaries, runs, warm)  # after every scenario: a run cut short keeps what it measured
+    print("\n" + table(summaries), flush=True)
     return 0
+
+
+def write(out: Path, meta: dict[str, Any], summaries: list[dict[str, Any]], runs: dict[str, Any], warm: Any) -> None:
+    meta = {**meta, "ended": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")}
+    (out / "noisy_neighbour.json").write_text(json.dumps({"meta": meta, "summary": summaries, "runs": runs,
+                                                          "warmup": warm}, indent=1, default=str))
+    (out / "noisy_neighbour.md").write_text(
+        f"# noisy neighbour: {meta['kernel']} on {meta['gpu']}\n\n{json.dumps(meta)}\n\n{table(summaries)}\n")
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ from worker.context import AuditContext
 from worker.formats.entry_check import check_entry
 from worker.formats.languages import Language
 from worker.formats.solution import MAX_SOURCE_BYTES
+from worker.language_requirements import device_facts, unmet_requirements
 from worker.sandbox import SandboxError
 from worker.stages.result import StageResult, StageStatus
 
@@ -95,6 +96,11 @@ def run(ctx: AuditContext) -> StageResult:
     if missing:  # the worker's setup, not the solution, is at fault: inconclusive, like any worker error
         return StageResult(name=NAME, status=StageStatus.error, summary="; ".join(missing) + _notes_suffix(notes),
                            evidence=evidence)
+    if ctx.device.startswith("cuda"):
+        unmet = unmet_requirements(sol.spec.languages, device_facts(ctx.device))
+        if unmet:  # e.g. cuTile on a Hopper: the worker cannot run it, which says nothing about the kernel
+            return StageResult(name=NAME, status=StageStatus.error, summary="; ".join(unmet) + _notes_suffix(notes),
+                               evidence=evidence)
     size = sum(len(s.content.encode()) for s in sol.sources)
     problems += [p.reason for p in check_entry(sol, list(definition.inputs), list(definition.outputs))]
     metrics = {"source_bytes": size, "files": len(sol.sources), "limit_bytes": MAX_SOURCE_BYTES}
