@@ -10,13 +10,15 @@ from collections.abc import Callable, Iterable, Sequence
 from functools import cache
 from importlib import import_module
 
+import torch
+
 from worker.budget import AuditBudget, KernelFault
 from worker.catalogue import Problem
 from worker.context import AuditContext, Progress
 from worker.formats import Solution
 from worker.inputs import MissingInputFile
 from worker.numerics import gpu_memory
-from worker.sandbox import Isolation, SandboxError
+from worker.sandbox import Isolation, SandboxError, SandboxOutOfMemory
 from worker.sandbox.pool import SandboxPool
 from worker import registry
 from worker.report import AuditOutcome, AuditReport, StageResult, StageStatus
@@ -63,14 +65,42 @@ def parse_stages(spec: str | Iterable[str] | None) -> tuple[str, ...]:
 def run_stage(name: str, ctx: AuditContext) -> StageResult:
     ctx.begin_stage(name)
     t0 = time.perf_counter()
+    retries = 0
+    while True:
+        try:
+            result = _attempt_stage(name, ctx)
+            break
+        except (torch.OutOfMemoryError, SandboxOutOfMemory) as err:
+            # on a GPU several audits share, running out of memory is usually the neighbours' load: wait for
+            # memory to come back and run the stage again before calling it inconclusive
+            if retries >= gpu_memory.OOM_RETRIES or isinstance(err, ctx.interrupts):
+                result = StageResult(name=name, status=StageStatus.error, summary=(
+                    f"inconclusive: the device ran out of memory in {name} on {retries + 1} attempt(s) ({err}); "
+                    "not counted against the kernel"))
+                break
+            retries += 1
+            ctx.progress(f"{name}: the device ran out of memory; waiting for memory, then attempt {retries + 1}")
+            gpu_memory.release(ctx.device)
+            gpu_memory.wait_for_free(ctx.device)
+    if retries:
+        result.metrics["out_of_memory_retries"] = retries
+    result.duration_s = round(time.perf_counter() - t0, 3)
+    gpu_memory.release(ctx.device)
+    return _judge_faults(ctx, result)
+
+
+def _attempt_stage(name: str, ctx: AuditContext) -> StageResult:
+    """One run of the stage; the device running out of memory propagates (run_stage retries it)."""
     try:
-        result = _run_of(registry.stage_modules()[name])(ctx)
+        return _run_of(registry.stage_modules()[name])(ctx)
+    except SandboxOutOfMemory:
+        raise
     except SandboxError as err:
         # a timeout is the kernel's only when a kernel call hung (the watch saw it); the auditor's own work
         # running long (the canary's training) or the audit's budget running out is inconclusive
         hung = ctx.watch is not None and ctx.watch.hang is not None
         kernel_fault = err.kind in ("crash", "submission") or (err.kind == "timeout" and hung)
-        result = StageResult(
+        return StageResult(
             name=name,
             status=StageStatus.failed if kernel_fault else StageStatus.error,
             summary=(f"the submission's process failed ({err.kind}): {err}" if kernel_fault
@@ -78,14 +108,13 @@ def run_stage(name: str, ctx: AuditContext) -> StageResult:
             evidence={"log": err.log[-2000:]},
         )
     except MissingInputFile as err:  # the problem's data, not the kernel nor the auditor: say which file
-        result = StageResult(name=name, status=StageStatus.error, summary=str(err))
+        return StageResult(name=name, status=StageStatus.error, summary=str(err))
+    except torch.OutOfMemoryError:
+        raise
     except Exception as err:  # noqa: BLE001 - a stage bug is an error verdict, not a crash of the audit
         if isinstance(err, ctx.interrupts):
             raise
-        result = StageResult(name=name, status=StageStatus.error, summary=f"internal error in {name}: {type(err).__name__}: {err}")
-    result.duration_s = round(time.perf_counter() - t0, 3)
-    gpu_memory.release(ctx.device)
-    return _judge_faults(ctx, result)
+        return StageResult(name=name, status=StageStatus.error, summary=f"internal error in {name}: {type(err).__name__}: {err}")
 
 
 def _judge_faults(ctx: AuditContext, result: StageResult) -> StageResult:

@@ -12,10 +12,33 @@ PyTorch's own:
 
 from __future__ import annotations
 
+import time
+
 import torch
+
+# how often a stage that ran out of GPU memory runs again (worker.engine.run_stage), and how long it waits for
+# memory before each new attempt: the neighbours' stages last seconds to a minute and release as they end
+OOM_RETRIES = 2
+WAIT_FOR_MEMORY_S = 60.0
+FREE_SHARE = 0.25
 
 
 def release(device: str) -> None:
     """Returns the caching allocator's unused blocks on a GPU audit's device to the driver."""
     if torch.device(device).type == "cuda" and torch.cuda.is_initialized():
         torch.cuda.empty_cache()
+
+
+def wait_for_free(device: str, share: float = FREE_SHARE, timeout_s: float = WAIT_FOR_MEMORY_S) -> bool:
+    """Waits until `share` of the GPU's memory is free again (other audits' stages end and release theirs), or
+    `timeout_s` passes; whether it came back. Nothing to wait for on the CPU."""
+    if torch.device(device).type != "cuda" or not torch.cuda.is_available():
+        return True
+    deadline = time.monotonic() + timeout_s
+    while True:
+        free, total = torch.cuda.mem_get_info(torch.device(device))
+        if free >= share * total:
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.5)

@@ -14,7 +14,7 @@ from worker.formats.entry_check import check_entry
 from worker.formats.languages import Language
 from worker.formats.solution import MAX_SOURCE_BYTES
 from worker.language_requirements import device_facts, unmet_requirements
-from worker.sandbox import SandboxError
+from worker.sandbox import SandboxError, SandboxOutOfMemory
 from worker.stages.result import StageResult, StageStatus
 
 NAME = "intake"
@@ -116,6 +116,8 @@ def run(ctx: AuditContext) -> StageResult:
     ctx.progress("intake: importing the solution in its sandbox")
     try:
         ctx.sandbox()
+    except SandboxOutOfMemory:  # the device's load, not the solution: the engine waits for memory and runs intake again
+        raise
     except SandboxError as err:
         return StageResult(
             name=NAME,

@@ -1,0 +1,71 @@
+"""A stage that runs out of GPU memory (on a card other audits share, usually their load) runs again after the
+memory comes back; only when every attempt runs out is it inconclusive (`error`), never the kernel's `fail`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from worker import registry
+from worker.catalogue import load_catalogue
+from worker.engine import run_audit
+from worker.numerics import gpu_memory
+
+STAGE = '''
+from pathlib import Path
+
+import torch
+
+from worker.report import StageResult, StageStatus
+
+COUNTER = Path({counter!r})
+
+
+def run(ctx):
+    n = int(COUNTER.read_text()) if COUNTER.exists() else 0
+    COUNTER.write_text(str(n + 1))
+    if n < {ooms}:
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 512.00 MiB (a neighbour holds the rest)")
+    return StageResult(name="{name}", status=StageStatus.passed, summary=f"ran on attempt {{n + 1}}")
+'''
+
+
+def _stage(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, ooms: int) -> Path:
+    package = f"oom_stages_{name}"  # a package per test: Python caches an imported package's folder
+    pkg = tmp_path / package
+    pkg.mkdir(exist_ok=True)
+    (pkg / "__init__.py").write_text("")
+    counter = tmp_path / f"{name}.count"
+    (pkg / f"{name}.py").write_text(STAGE.format(counter=str(counter), ooms=ooms, name=name))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(registry, "_modules", registry.stage_modules())  # this test's stage stays in this test
+    registry.register_stage(f"{package}.{name}")
+    return counter
+
+
+def _audit(name: str):  # type: ignore[no-untyped-def]
+    problem = load_catalogue().get("softmax")
+    return {s.name: s for s in run_audit(problem, problem.example_solution("pytorch_fp32"), device="cpu",
+                                         stages=("intake", name)).stages}
+
+
+def test_a_stage_that_ran_out_of_memory_once_runs_again_and_counts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    counter = _stage(tmp_path, monkeypatch, "oom_once", ooms=1)
+    stage = _audit("oom_once")["oom_once"]
+    assert str(stage.status) == "passed", stage.summary
+    assert stage.summary == "ran on attempt 2"
+    assert stage.metrics["out_of_memory_retries"] == 1
+    assert counter.read_text() == "2"
+
+
+def test_a_stage_that_always_runs_out_is_inconclusive_not_failed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    counter = _stage(tmp_path, monkeypatch, "oom_always", ooms=99)
+    stages = _audit("oom_always")
+    stage = stages["oom_always"]
+    attempts = gpu_memory.OOM_RETRIES + 1
+    assert str(stage.status) == "error"
+    assert f"ran out of memory in oom_always on {attempts} attempt(s)" in stage.summary
+    assert "not counted against the kernel" in stage.summary
+    assert counter.read_text() == str(attempts)
+    assert str(stages["verdict"].status) != "failed"
