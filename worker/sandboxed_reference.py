@@ -15,6 +15,7 @@ import torch
 
 from worker.formats import Definition, Solution, SolutionSpec, SourceFile
 from worker.sandbox import Isolation, Sandbox
+from worker.sandbox.protocol import CallRequest, CustomInputsRequest
 
 REFERENCE_FILE = "reference.py"
 
@@ -51,13 +52,11 @@ class SandboxedReference:
 
     def _run(self, args: list[Any], reorder: str | None) -> list[torch.Tensor]:
         self._sandbox.ensure(self._solution)
-        reply = self._sandbox.request("call", {"args": [a.cpu() if isinstance(a, torch.Tensor) else a for a in args],
-                                               "outputs": [], "poison": None, "reorder": reorder})
-        outs = reply.get("outputs")
-        if not isinstance(outs, list) or not all(isinstance(o, torch.Tensor) for o in outs):
-            raise RuntimeError("the uploaded reference returned something other than tensors")
+        # the reply's outputs are plain tensors: anything else fails its validation (MalformedReply)
+        reply = self._sandbox.send(CallRequest(args=[a.cpu() if isinstance(a, torch.Tensor) else a for a in args],
+                                               reorder=reorder))
         device = next((a.device for a in args if isinstance(a, torch.Tensor)), torch.device("cpu"))
-        return [o.to(device) for o in outs]
+        return [o.to(device) for o in reply.outputs]
 
     @property
     def run_fn(self) -> Callable[..., Any]:
@@ -73,12 +72,10 @@ class SandboxedReference:
         if not name:
             raise ValueError(f"{self.definition.name}: a workload asks for custom inputs but the definition has no custom_inputs_entrypoint")
         self._sandbox.ensure(self._solution)
-        reply = self._sandbox.request("custom_inputs", {"entrypoint": name, "seed": int(seed),
-                                                         "axes_and_scalars": dict(axes_and_scalars)})
-        made = reply.get("inputs")
-        if not isinstance(made, dict) or not all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in made.items()):
-            raise RuntimeError("the uploaded definition's custom inputs are not a dict of name -> tensor")
-        return {k: v.to(device) for k, v in made.items()}
+        # a dict of name -> plain tensor, or the reply fails its validation (MalformedReply)
+        reply = self._sandbox.send(CustomInputsRequest(entrypoint=name, seed=int(seed),
+                                                       axes_and_scalars=dict(axes_and_scalars)))
+        return {k: v.to(device) for k, v in reply.inputs.items()}
 
     def close(self) -> None:
         self._sandbox.close()

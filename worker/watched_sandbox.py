@@ -10,7 +10,7 @@ training), is inconclusive: an `error`, never a `fail`.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
 from worker.budget import Deadline, KernelFault
 from worker.formats import Solution
@@ -21,6 +21,9 @@ from worker.sandbox import (
     SandboxTimeout,
     SubmissionError,
 )
+from worker.sandbox.protocol import Reply, Request, request_for
+
+ReplyT = TypeVar("ReplyT", bound=Reply)
 
 KERNEL_OPS = frozenset({"load", "call", "time"})
 
@@ -39,7 +42,8 @@ class WatchedSandbox:
     def begin_stage(self, name: str) -> None:
         self.stage, self.calls_ok, self.calls_failed = name, 0, 0
 
-    def request(self, op: str, payload: dict[str, Any], *, timeout_s: float | None = None) -> dict[str, Any]:
+    def send(self, request: Request[ReplyT], *, timeout_s: float | None = None) -> ReplyT:
+        op = request.op
         wanted = timeout_s if timeout_s is not None else (
             self._deadline.budget.call_timeout_s if op in KERNEL_OPS else self._sandbox.default_timeout_s)
         left = self._deadline.remaining_s()
@@ -48,7 +52,7 @@ class WatchedSandbox:
             raise BudgetExhausted(f"the audit's budget of {self._deadline.budget.total_s:.0f} s ran out before '{op}'")
         timeout = min(wanted, left)
         try:
-            reply = self._sandbox.request(op, payload, timeout_s=timeout)
+            reply: ReplyT = self._sandbox.send(request, timeout_s=timeout)
         except SandboxTimeout as err:
             if timeout < wanted:
                 self.exhausted = True
@@ -65,6 +69,10 @@ class WatchedSandbox:
         if op in KERNEL_OPS:
             self.calls_ok += 1
         return reply
+
+    def request(self, op: str, payload: dict[str, Any], *, timeout_s: float | None = None) -> dict[str, Any]:
+        """Sandbox.request's dict form, bounded and tallied like `send` (not left to the unwatched Sandbox)."""
+        return {"ok": True, **self.send(request_for(op, payload), timeout_s=timeout_s).wire()}
 
     def ensure(self, solution: Solution) -> None:
         """Start the process if needed and import the solution; an import that hangs is the kernel's hang."""

@@ -1,18 +1,19 @@
 """The harness state inside the sandbox child: the loaded entry point, its device, trusted timer copies,
 and how the kernel is called (arguments placed, outputs allocated and poisoned, destination-passing or not).
 
-Used by the child's ops (worker.sandbox.child) and by ops of other packages served there (the canary's)."""
+Used by the child's ops (worker.sandbox.ops) and by ops of other packages served there (the canary's)."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 
 from worker import generated
 from worker.numerics import timing
+from worker.sandbox.protocol import OutputSpec
 
 _POISON_INT = -(2**31) + 7
 
@@ -71,10 +72,11 @@ def dtype_of(name: str) -> torch.dtype:
     return getattr(torch, name)
 
 
-def prepare_args(state: HarnessState, payload: dict[str, Any]) -> list[Any]:
-    noncontig = set(payload.get("noncontiguous", []))
+def prepare_args(state: HarnessState, wire_args: Sequence[Any], noncontiguous: Sequence[int] = ()) -> list[Any]:
+    """The request's arguments on the child's device: recipes made, tensors moved, those at `noncontiguous` strided."""
+    noncontig = set(noncontiguous)
     args = []
-    for i, a in enumerate(payload["args"]):
+    for i, a in enumerate(wire_args):
         if generated.is_wire(a):  # a random input made here from its recipe (worker.generated)
             a = generated.from_wire(a, state.device)
         if isinstance(a, torch.Tensor):
@@ -90,11 +92,11 @@ def prepare_args(state: HarnessState, payload: dict[str, Any]) -> list[Any]:
     return args
 
 
-def alloc_outputs(state: HarnessState, specs: list[dict[str, Any]], poison: float | None) -> list[torch.Tensor]:
+def alloc_outputs(state: HarnessState, specs: Sequence[OutputSpec], poison: float | None) -> list[torch.Tensor]:
     outs = []
     for s in specs:
-        dt = dtype_of(s["dtype"])
-        t = torch.empty(tuple(s["shape"]), dtype=dt, device=state.device)
+        dt = dtype_of(s.dtype)
+        t = torch.empty(tuple(s.shape), dtype=dt, device=state.device)
         if poison is not None:
             t.fill_(poison if dt.is_floating_point else _POISON_INT if dt != torch.bool else True)
         outs.append(t)

@@ -20,6 +20,7 @@ from pydantic import BaseModel
 import worker
 from worker.formats import Solution
 from worker.sandbox.isolation import Isolation, IsolationPolicy, IsolationUnavailable
+from worker.sandbox.protocol import CallRequest
 from worker.sandbox.runner import Sandbox, SandboxError
 
 _PROBE = '''
@@ -91,7 +92,7 @@ def check_isolation(policy: IsolationPolicy | None = None, timeout_s: float = 12
         with Sandbox("cpu", isolation=isolation, policy=policy, start_timeout_s=timeout_s,
                      default_timeout_s=timeout_s) as sb:
             sb.load(_probe_solution(listener.getsockname()[1]))
-            seen = sb.request("call", {"args": [torch.zeros(1)], "outputs": [], "poison": None})["outputs"][0].tolist()
+            seen = sb.send(CallRequest(args=[torch.zeros(1)])).outputs[0].tolist()
     except (IsolationUnavailable, SandboxError, OSError) as err:
         return IsolationReport(isolation=isolation, problems=[f"the isolated sandbox did not start: {err}"])
     finally:

@@ -14,6 +14,7 @@ import threading
 from collections.abc import Callable
 
 from worker.sandbox.isolation import Isolation
+from worker.sandbox.protocol import WarmRequest
 from worker.sandbox.runner import Sandbox, SandboxError
 
 
@@ -88,7 +89,7 @@ class SandboxPool:
             sb = self._started()
             if sb is not None and self.warm:
                 # first use of the device's kernels, off the audit's clock (worker.canary.warm)
-                self.last_warm_s = float(sb.request("warm", {"steps": 2}, timeout_s=sb.start_timeout_s)["seconds"])
+                self.last_warm_s = sb.send(WarmRequest(steps=2), timeout_s=sb.start_timeout_s).seconds
         except Exception:  # noqa: BLE001 - any error: a spare that never became ready would hang every `take`
             if sb is not None:
                 sb.close()

@@ -15,15 +15,18 @@ import warnings
 from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, NoReturn, TypeVar
 
 import torch
 
 from worker.formats import Solution
-from worker.sandbox import device_share, framing, isolation, spill
+from worker.sandbox import device_share, framing, isolation, protocol, spill
 from worker.sandbox.isolation import Isolation, IsolationPolicy, namespaces_available
 from worker.sandbox.memory import ChildCgroup, cgroup_note
 from worker.sandbox.output import OutputCapture
+from worker.sandbox.protocol import ArtifactWire, HelloRequest, LoadReply, LoadRequest, Reply, Request, SourceWire
+
+ReplyT = TypeVar("ReplyT", bound=Reply)
 
 # The only variables a submission's process sees. Database and broker URLs,
 # API keys and webhook secrets never reach it.
@@ -58,6 +61,11 @@ class SandboxOutOfMemory(SandboxError):
     often as the kernel's own appetite, so it is inconclusive, never a kernel failure (nor a pass)."""
 
     kind = "out_of_memory"
+
+
+class MalformedReply(SandboxCrash):
+    """The child's reply does not validate against its op's reply model (worker.sandbox.protocol): a submission
+    that forged or broke the harness's reply. Nothing of it is used, and the child is closed."""
 
 
 class SubmissionError(SandboxError):
@@ -233,9 +241,9 @@ class Sandbox:
                 log = self.log_tail()
                 self.close()
                 raise SandboxError(f"the isolated sandbox could not be set up: {err}", log) from err
-        hello = self.request("hello", {"device": self.device, "device_share": self._share is not None},
-                             timeout_s=self.start_timeout_s)
-        if not hello.get("device_share"):
+        hello = self.send(HelloRequest(device=self.device, device_share=self._share is not None),
+                          timeout_s=self.start_timeout_s)
+        if not hello.device_share:
             self._close_share()  # the child could not export: its outputs come through the host
 
     def _close_share(self, other: socket.socket | None = None) -> None:
@@ -314,9 +322,32 @@ class Sandbox:
         return output.text(n) if output is not None else ""
 
     # protocol ------------------------------------------------------------
-    def request(self, op: str, payload: dict[str, Any], *, timeout_s: float | None = None) -> dict[str, Any]:
+    def send(self, request: Request[ReplyT], *, timeout_s: float | None = None) -> ReplyT:
+        """One op in the child: its reply, validated against the op's reply model. A reply that does not validate
+        is MalformedReply; an error reply is SubmissionError, SandboxOutOfMemory or (the harness's) SandboxError."""
         if self._proc is None:
             raise SandboxCrash("sandbox is not running")
+        op = request.op
+        fields = self._round_trip(op, request.wire(), timeout_s)
+        try:
+            reply: ReplyT = protocol.parse(type(request).reply_type, fields, f"reply to '{op}'")
+        except protocol.MalformedMessage as err:
+            self._refuse(str(err))
+        return reply
+
+    def _refuse(self, why: str) -> NoReturn:
+        """A reply that does not validate: the child lied or broke its harness, so it is closed, not reused."""
+        log = self.log_tail()
+        self.close()
+        raise MalformedReply(f"the submission's process sent a {why}", log)
+
+    def request(self, op: str, payload: dict[str, Any], *, timeout_s: float | None = None) -> dict[str, Any]:
+        """`send` for scripts and tests that speak in dicts: the request made from `payload` (ValueError, before
+        anything is sent, for an unknown op or fields it does not take), the validated reply as a frame's dict."""
+        return {"ok": True, **self.send(protocol.request_for(op, payload), timeout_s=timeout_s).wire()}
+
+    def _round_trip(self, op: str, payload: dict[str, Any], timeout_s: float | None) -> dict[str, Any]:
+        """The frame out (large inputs shared or spilled) and the reply's fields back, an error reply raised."""
         timeout = timeout_s if timeout_s is not None else self.default_timeout_s
         # every reply must echo this request's nonce: a frame the submission forged
         # (or a stream shifted by one) is caught here or at the next request
@@ -420,16 +451,22 @@ class Sandbox:
             log = self.log_tail()
             self.close()
             raise SandboxCrash(f"the submission's process sent an unreadable reply to '{op}': {err}", log) from err
-        if not reply.get("ok", False):
-            kind = reply.get("kind", "submission")
-            message = str(reply.get("error", "unknown error"))
-            if kind == "harness":
-                raise SandboxError(message, self.log_tail())
-            if message.startswith(("OutOfMemoryError:", "torch.OutOfMemoryError:")):
-                raise SandboxOutOfMemory(f"the device ran out of memory in the submission's process ({message[:300]})",
-                                         str(reply.get("traceback", "")))
-            raise SubmissionError(message, str(reply.get("traceback", "")))
-        return reply
+        reply.pop("nonce")
+        ok = reply.pop("ok", None)
+        if ok is True:
+            return reply
+        if ok is not False:
+            self._refuse(f"malformed reply to '{op}': ok: neither true nor false")
+        try:
+            error: protocol.ErrorReply = protocol.parse(protocol.ErrorReply, reply, f"error reply to '{op}'")
+        except protocol.MalformedMessage as err:
+            self._refuse(str(err))
+        if error.kind == "harness":
+            raise SandboxError(error.error, self.log_tail())
+        if error.error.startswith(("OutOfMemoryError:", "torch.OutOfMemoryError:")):
+            raise SandboxOutOfMemory(f"the device ran out of memory in the submission's process ({error.error[:300]})",
+                                     error.traceback)
+        raise SubmissionError(error.error, error.traceback)
 
     def _read_with_deadline(self, deadline: float) -> dict[str, Any]:
         # a reply can arrive in pieces; each read waits only until the deadline
@@ -442,20 +479,19 @@ class Sandbox:
         return framing.read_frame(self._from_child, wait)
 
     # ops -----------------------------------------------------------------
-    def load(self, solution: Solution) -> dict[str, Any]:
-        payload: dict[str, Any] = {
-            "sources": [{"path": s.path, "content": s.content} for s in solution.sources],
-            "entry_file": solution.spec.entry_file,
-            "entry_function": solution.spec.entry_function,
-            "dps": solution.spec.destination_passing_style,
-        }
+    def load(self, solution: Solution) -> LoadReply:
+        artifact = None
         if solution.spec.is_cpp:
             # a compiled solution loads the extension its build produced (worker.compile_step), checked by its hash
             if self.artifact is None:
                 raise SandboxError("a C++ solution needs its built extension before it can be loaded")
-            payload["artifact"] = {"sha256": self.artifact.sha256, "entry_symbol": self.artifact.entry_symbol,
-                                   "data": self.artifact.data}
-        reply = self.request("load", payload)
+            artifact = ArtifactWire(sha256=self.artifact.sha256, entry_symbol=self.artifact.entry_symbol,
+                                    data=self.artifact.data)
+        reply = self.send(LoadRequest(
+            sources=[SourceWire(path=s.path, content=s.content) for s in solution.sources],
+            entry_file=solution.spec.entry_file, entry_function=solution.spec.entry_function,
+            dps=solution.spec.destination_passing_style, artifact=artifact,
+        ))
         self._loaded = solution
         return reply
 

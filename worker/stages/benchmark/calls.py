@@ -3,16 +3,18 @@ from a process that did not survive sending it, and a sandbox error becomes the 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TypeVar
 
 from worker.context import AuditContext
 from worker.sandbox import Sandbox, SandboxError
+from worker.sandbox.protocol import HelloRequest, Reply, Request
 from worker.stages.benchmark.failure import Failure
 from worker.stages.result import StageStatus
 
+ReplyT = TypeVar("ReplyT", bound=Reply)
 
-def request(sb: Sandbox, ctx: AuditContext, op: str, payload: dict[str, Any], where: str, *,
-            liveness: bool = True) -> dict[str, Any]:
+
+def request(sb: Sandbox, ctx: AuditContext, req: Request[ReplyT], where: str, *, liveness: bool = True) -> ReplyT:
     """One op in the sandbox, then proof the process is still the one that answered.
 
     A submission can write a forged reply frame to the child's pipe and exit; the
@@ -20,7 +22,7 @@ def request(sb: Sandbox, ctx: AuditContext, op: str, payload: dict[str, Any], wh
     turns that into a crash the stage reports instead of trusting the reply.
     """
     try:
-        reply = sb.request(op, payload)
+        reply: ReplyT = sb.send(req)
     except SandboxError as err:
         status = StageStatus.error if err.kind in ("sandbox", "out_of_memory") else StageStatus.failed
         official = "TIMEOUT" if err.kind == "timeout" else "RUNTIME_ERROR"
@@ -29,10 +31,10 @@ def request(sb: Sandbox, ctx: AuditContext, op: str, payload: dict[str, Any], wh
     if not liveness:  # the caller checks later, outside the window it times
         return reply
     try:
-        sb.request("hello", {"device": ctx.device}, timeout_s=60)
+        sb.send(HelloRequest(device=ctx.device), timeout_s=60)
     except SandboxError as err:
         raise Failure(
-            f"{where}: the submission's process did not survive its own reply to '{op}' ({err.kind}); "
+            f"{where}: the submission's process did not survive its own reply to '{req.op}' ({err.kind}); "
             "a reply followed by an exit is how a forged result channel looks, so the reply is not trusted",
             log=err.log[-2000:],
         ) from err

@@ -19,6 +19,7 @@ from worker.numerics.dtypes import to_torch
 from worker.numerics.tolerance import OutputComparison, compare_output
 from worker.problem_spec import Tolerance
 from worker.sandbox import Sandbox
+from worker.sandbox.protocol import CallRequest, output_specs
 from worker.stages.benchmark.calls import request
 from worker.stages.benchmark.failure import Failure, made_mismatch
 from worker.stages.benchmark.report import Ledger
@@ -50,16 +51,10 @@ def _one_round(ctx: AuditContext, sb: Sandbox, w: Workload, r: int, tol: Toleran
     made = sorted(case.recipes(definition))
     args = case.args(definition)
     ref = reference_outputs(ctx, args)
-    reply = request(
-        sb,
-        ctx,
-        "call",
-        {"args": wire, "outputs": case.output_specs(definition), "poison": float("nan")},
-        where,
-    )
-    check_made([args[i] for i in made], reply.get("made_digests"), where)
-    ledger.mutated.update(inputs_mutated(definition, args, reply))
-    for c in check_round(definition, case, reply, ref, tol, where):
+    reply = request(sb, ctx, CallRequest(args=wire, outputs=output_specs(case.output_specs(definition)), poison=float("nan")), where)
+    check_made([args[i] for i in made], reply.made_digests, where)
+    ledger.mutated.update(inputs_mutated(definition, args, reply.args_after))
+    for c in check_round(definition, case, reply.outputs, ref, tol, where, exact=reply.exact_tensor_types):
         ledger.stats[w.uuid].add(c)
     ledger.stats[w.uuid].rounds_passed += 1
 
@@ -74,16 +69,15 @@ def _official_of(out: Any, ref: torch.Tensor, dtype: str) -> str:
 
 
 def check_round(
-    definition: Definition, case: Case, reply: dict[str, Any], ref: list[torch.Tensor], tol: Tolerance, where: str
+    definition: Definition, case: Case, outs: list[torch.Tensor], ref: list[torch.Tensor], tol: Tolerance, where: str,
+    *, exact: list[bool] | None = None,
 ) -> list[OutputComparison]:
-    outs = reply.get("outputs")
+    """`outs` against `ref`; `exact`: per output, whether the kernel returned a plain tensor (a call's reply says)."""
     names = list(definition.outputs)
-    if not isinstance(outs, list) or len(outs) != len(names):
-        n = len(outs) if isinstance(outs, list) else 0
-        raise Failure(f"{where}: the kernel gave {n} output(s), the definition has {len(names)} ({names})",
+    if len(outs) != len(names):
+        raise Failure(f"{where}: the kernel gave {len(outs)} output(s), the definition has {len(names)} ({names})",
                       official="INCORRECT_SHAPE")
-    exact = reply.get("exact_tensor_types", [True] * len(outs))
-    subclassed = [n for n, e in zip(names, exact) if not e]
+    subclassed = [n for n, e in zip(names, exact or []) if not e]
     if subclassed:
         raise Failure(
             f"{where}: output(s) {subclassed} came back as a torch.Tensor subclass; results must be plain tensors "
@@ -111,8 +105,9 @@ def check_made(made: list[torch.Tensor], digests: object, where: str) -> None:
         raise made_mismatch(where)
 
 
-def inputs_mutated(definition: Definition, args: list[Any], reply: dict[str, Any]) -> list[str]:
-    after = reply.get("args_after") or []
+def inputs_mutated(definition: Definition, args: list[Any], after: list[Any]) -> list[str]:
+    """The inputs the kernel wrote into: `after` is a call's `args_after` (tensors, or digests of inputs made in
+    the child)."""
     mutated = []
     for name, before, now in zip(definition.inputs, args, after):
         if isinstance(before, torch.Tensor) and generated.is_digest(now):  # made in the child: compared by digest

@@ -11,11 +11,13 @@ from __future__ import annotations
 import math
 import random
 import time
-from typing import Any
+
+import torch
 
 from worker.inputs import Case
 from worker.numerics.timed_window import timed_window
 from worker.numerics.timing import TimingSample
+from worker.sandbox.protocol import CallReply, CallRequest, TimeReply, TimeRequest, output_specs
 from worker.stages.benchmark.calls import request
 from worker.stages.benchmark.correctness import check_made, check_round
 from worker.stages.benchmark.failure import Failure, made_mismatch
@@ -42,14 +44,15 @@ def time_by_parent(plan: TimingPlan, first: Case, reference: ReferenceBlock | No
     warm = cfg.warmup if first_pass else 0
     cases = [first] + [plan.fresh() for _ in range(warm + cfg.reps - 1)]
     offset = timed.reps
-    replies: list[dict[str, Any]] = []
+    replies: list[CallReply] = []
     with timed_window(ctx.device, plan.settings, on_wait=lambda: ctx.progress(f"benchmark: {where}: waiting for the timing lock")) as window:
         for i, case in enumerate(cases):
-            payload = {"args": case.args(definition), "outputs": case.output_specs(definition), "poison": float("nan")}
+            call = CallRequest(args=case.args(definition), outputs=output_specs(case.output_specs(definition)),
+                               poison=float("nan"))
             t0 = time.perf_counter()
-            reply = request(sb, ctx, "call", payload, f"{where}, call {offset + i + 1}", liveness=False)
+            reply = request(sb, ctx, call, f"{where}, call {offset + i + 1}", liveness=False)
             wall_ms = (time.perf_counter() - t0) * 1e3
-            timed.tampered.update(str(t) for t in reply.get("tampered", []))
+            timed.tampered.update(reply.tampered)
             replies.append(reply)
             if i >= warm:
                 timed.kernel.append(TimingSample(times_ms=[wall_ms], clock="wall_clock_cpu"))
@@ -60,22 +63,20 @@ def time_by_parent(plan: TimingPlan, first: Case, reference: ReferenceBlock | No
     timed.fresh_inputs += len(cases)
     for i, (case, reply) in enumerate(zip(cases, replies)):
         args = case.args(definition)
-        check_round(definition, case, reply, reference_outputs(ctx, args), plan.tol, f"{where}, timed call {offset + i + 1}")
+        check_round(definition, case, reply.outputs, reference_outputs(ctx, args), plan.tol,
+                    f"{where}, timed call {offset + i + 1}", exact=reply.exact_tensor_types)
 
 
-def _child_sample(reply: dict[str, Any], reps: int, wall_ms: float, where: str) -> TimingSample:
-    times, clock, host = reply.get("times_ms"), reply.get("clock"), reply.get("host_times_ms")
-    if (
-        clock != "cuda_events"
-        or not isinstance(times, list)
-        or len(times) != reps
-        or not all(isinstance(t, float) and math.isfinite(t) and t > 0 for t in times)
-    ):
-        raise Failure(f"{where}: the timing reply is malformed (clock {clock!r}, {len(times) if isinstance(times, list) else 0} samples)")
+def _child_sample(reply: TimeReply, reps: int, wall_ms: float, where: str) -> TimingSample:
+    """The child's CUDA-event times, if they are as many as asked, finite, positive and within the wall time
+    measured here (the reply's types are checked already; its values are the submission's word)."""
+    times, clock, host = reply.times_ms, reply.clock, reply.host_times_ms
+    if clock != "cuda_events" or len(times) != reps or not all(math.isfinite(t) and t > 0 for t in times):
+        raise Failure(f"{where}: the timing reply is malformed (clock {clock!r}, {len(times)} samples)")
     if sum(times) > wall_ms:
         raise Failure(f"{where}: the kernel claims {sum(times):.1f} ms of device time within {wall_ms:.1f} ms of wall "
                       "time measured here; its timing is forged")
-    host_ok = isinstance(host, list) and len(host) == len(times) and all(isinstance(t, float) and math.isfinite(t) for t in host)
+    host_ok = host is not None and len(host) == len(times) and all(math.isfinite(t) for t in host)
     return TimingSample(times_ms=times, clock=clock, host_times_ms=host if host_ok else None)
 
 
@@ -94,31 +95,30 @@ def time_in_child(plan: TimingPlan, first: Case, reference: ReferenceBlock | Non
     wire = [c.wire_args(definition) for c in cases]  # before this process makes any of them
     spare_wire = spare.wire_args(definition)
     made = [sorted(c.recipes(definition)) for c in cases]
-    specs, n_out = first.output_specs(definition), len(definition.outputs)
-    pending: list[tuple[int, list[Any], object]] = []
+    specs, n_out = output_specs(first.output_specs(definition)), len(definition.outputs)
+    pending: list[tuple[int, list[torch.Tensor], list[int] | None]] = []
     with timed_window(ctx.device, plan.settings, on_wait=lambda: ctx.progress(f"benchmark: {where}: waiting for the timing lock")) as window:
         for b in range(n_blocks):
             lo, hi = b * block, (b + 1) * block
             warm = cfg.warmup if first_pass and b == 0 else REWARM_CALLS
             local = [i - lo for i in check if lo <= i < hi]
-            payload = {
-                "args": [a for args in [*wire[lo:hi], spare_wire] for a in args], "n_args": len(spare_wire),
-                "outputs": specs, "poison": float("nan"), "check": local,
-                "warmup": warm, "reps": hi - lo, "flush_l2": cfg.flush_l2,
-            }
+            block_request = TimeRequest(
+                args=[a for args in [*wire[lo:hi], spare_wire] for a in args], n_args=len(spare_wire),
+                outputs=specs, poison=float("nan"), check=local, warmup=warm, reps=hi - lo, flush_l2=cfg.flush_l2,
+            )
             t0 = time.perf_counter()
-            reply = request(sb, ctx, "time", payload, where, liveness=False)
+            reply = request(sb, ctx, block_request, where, liveness=False)
             wall_ms = (time.perf_counter() - t0) * 1e3
             sample = _child_sample(reply, hi - lo, wall_ms, where)
-            outs, digests = reply.get("outputs"), reply.get("made_digests")
-            if reply.get("checked") != local or not isinstance(outs, list) or len(outs) != n_out * len(local):
+            outs, digests = reply.outputs, reply.made_digests
+            if reply.checked != local or len(outs) != n_out * len(local):
                 raise Failure(f"{where}: the timed calls' outputs did not come back as asked (calls {[offset + lo + i for i in local]})")
-            if any(made[lo + i] for i in local) and (not isinstance(digests, list) or len(digests) != len(local)):
+            if any(made[lo + i] for i in local) and len(digests) != len(local):
                 raise made_mismatch(where)
             for k, i in enumerate(local):
-                pending.append((lo + i, outs[k * n_out:(k + 1) * n_out], digests[k] if isinstance(digests, list) else None))
+                pending.append((lo + i, outs[k * n_out:(k + 1) * n_out], digests[k] if k < len(digests) else None))
             timed.kernel.append(sample)
-            timed.tampered.update(str(t) for t in reply.get("tampered", []))
+            timed.tampered.update(reply.tampered)
             timed.warmup += warm
             timed.request_wall_ms += wall_ms
             if reference is not None:
@@ -126,9 +126,9 @@ def time_in_child(plan: TimingPlan, first: Case, reference: ReferenceBlock | Non
     timed.windows.append(window)
     timed.fresh_inputs += reps + 1
     timed.checked += [offset + i for i in check]
-    for i, outs, digests in pending:  # one checked set made at a time, and dropped after
+    for i, outs, made_digests in pending:  # one checked set made at a time, and dropped after
         args = cases[i].args(definition)
-        check_made([args[j] for j in made[i]], digests, where)
-        check_round(definition, cases[i], {"outputs": outs}, reference_outputs(ctx, args), plan.tol,
+        check_made([args[j] for j in made[i]], made_digests, where)
+        check_round(definition, cases[i], outs, reference_outputs(ctx, args), plan.tol,
                     f"{where}, timed call {offset + i + 1}")
         cases[i].release()

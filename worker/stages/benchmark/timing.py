@@ -17,6 +17,7 @@ from worker.numerics.speedup import SpeedupInterval
 from worker.numerics.timing import CLOCK_LABEL, TimingSample, device_name, timing_config
 from worker.numerics.timing_settings import TimingSettings
 from worker.sandbox import Sandbox
+from worker.sandbox.protocol import HelloRequest
 from worker.stages.benchmark.calls import request
 from worker.stages.benchmark.failure import Failure
 from worker.stages.benchmark.floor import check_floor
@@ -78,7 +79,7 @@ def _measure(plan: TimingPlan, first: Case, reference: ReferenceBlock | None,
 
 def _after_pass(ctx: AuditContext, sb: Sandbox, timed: Timed, timing: dict[str, Any], where: str) -> None:
     """The process that answered is still there, nothing was tampered with; the window's record."""
-    request(sb, ctx, "hello", {"device": ctx.device}, where)
+    request(sb, ctx, HelloRequest(device=ctx.device), where)
     first = timed.kernel[0]
     timing.update(clock=first.clock, reps=timed.reps, warmup=timed.warmup, fresh_inputs=timed.fresh_inputs,
                   blocks=len(timed.kernel), tampered=sorted(timed.tampered), checked_calls=timed.checked or None,

@@ -19,6 +19,7 @@ from worker.canary.train import State, capture_op_args
 from worker.context import AuditContext
 from worker.numerics.placement import on_device_or_cpu
 from worker.problem_spec import OutputBudget
+from worker.sandbox.protocol import CallRequest, output_specs
 from worker.stages.canary.plan import Plan
 from worker.watched_sandbox import WatchedSandbox
 
@@ -56,7 +57,7 @@ def _one_call(plan: Plan, sandbox: WatchedSandbox, oracle: Oracle, budgets: dict
               args: list[Any]) -> list[judge.BucketFidelity]:
     binding = plan.binding
     specs = _specs_for(binding, args, plan.ref, plan.device)
-    outs = sandbox.request("call", {"args": args, "outputs": specs})["outputs"]
+    outs = sandbox.send(CallRequest(args=args, outputs=output_specs(specs))).outputs
     exact = _exact(oracle, args, plan.device)
     exact = list(exact) if isinstance(exact, (tuple, list)) else [exact]
     fid: list[judge.BucketFidelity] = []

@@ -18,6 +18,7 @@ import torch
 
 from worker.canary import parent_cache
 from worker.canary.binding import Kernel
+from worker.canary.child_ops import CanaryTrainReply
 from worker.canary.profiles import Optimizer
 from worker.canary.stacked import parent_thread, train_stacked
 from worker.canary.train import State, TrainOutput, perturbed_kernel
@@ -53,7 +54,7 @@ class CanaryRun:
 ParentRuns = dict[Optimizer, CanaryRun]
 
 
-def train_side_by_side(ctx: AuditContext, plan: Plan, sandbox: WatchedSandbox) -> tuple[ParentRuns, dict[str, Any]]:
+def train_side_by_side(ctx: AuditContext, plan: Plan, sandbox: WatchedSandbox) -> tuple[ParentRuns, CanaryTrainReply]:
     """The parent's runs and the submission's reply: its process trains while this one runs the reference and the
     nulls. A SandboxError from the child propagates (the engine judges it)."""
     ctx.progress("canary: submission training in its process; reference and null runs here")
@@ -67,8 +68,8 @@ def train_side_by_side(ctx: AuditContext, plan: Plan, sandbox: WatchedSandbox) -
             reply, secs = child.result()
             plan.timings["waited_for_submission_s"] = round(time.perf_counter() - t, 2)
             plan.timings["submission_train_s"] = round(secs, 2)
-            reported = reply.get("first_step_s") if isinstance(reply, dict) else None
-            if isinstance(reported, float) and 0 <= reported <= secs:  # the child's own clock: evidence only, never judged
+            reported = reply.first_step_s
+            if reported is not None and 0 <= reported <= secs:  # the child's own clock: evidence only, never judged
                 plan.timings["submission_first_step_s_reported"] = round(reported, 3)
         except BaseException:
             plan.stop.set()  # the parent's training stops at its next step

@@ -3,12 +3,13 @@ dtype before any of them is measured."""
 
 from __future__ import annotations
 
-from typing import Any
+import torch
 
 from worker.context import AuditContext
 from worker.inputs import Case
 from worker.numerics.dtypes import to_torch
 from worker.sandbox import SandboxCrash, SandboxTimeout, SubmissionError
+from worker.sandbox.protocol import CallReply, CallRequest, output_specs
 
 
 class KernelOutputError(RuntimeError):
@@ -27,27 +28,26 @@ def positions(ctx: AuditContext, names: list[str]) -> list[int]:
 
 def call_kernel(
     ctx: AuditContext, case: Case, poison: float, noncontiguous: list[int]
-) -> dict[str, Any]:
+) -> CallReply:
     """One call of the kernel on `case`: outputs pre-filled with `poison`, the inputs at
     `noncontiguous` handed over as strided views."""
     definition = ctx.problem.definition
-    reply = ctx.sandbox().request(
-        "call",
-        {
-            "args": case.args(definition),
-            "outputs": case.output_specs(definition),
-            "poison": poison,
-            "noncontiguous": noncontiguous,
+    reply = ctx.sandbox().send(
+        CallRequest(
+            args=case.args(definition),
+            outputs=output_specs(case.output_specs(definition)),
+            poison=poison,
+            noncontiguous=noncontiguous,
             # the inputs after the call come back as digests, not copies
             # (checks.check_inputs_unmodified compares digests)
-            "digest_after": True,
-        },
+            digest_after=True,
+        )
     )
-    _check_outputs(ctx, case, reply["outputs"])
+    _check_outputs(ctx, case, reply.outputs)
     return reply
 
 
-def _check_outputs(ctx: AuditContext, case: Case, outs: list[Any]) -> None:
+def _check_outputs(ctx: AuditContext, case: Case, outs: list[torch.Tensor]) -> None:
     definition = ctx.problem.definition
     if len(outs) != len(definition.outputs):
         raise KernelOutputError(

@@ -15,6 +15,7 @@ from worker.inputs import Case
 from worker.numerics import checks
 from worker.probes.distributions import permute_case
 from worker.problem_spec import AuditSpec, ProbeSpec
+from worker.sandbox.protocol import CallReply
 from worker.stages.probes.calls import KERNEL_FAILURES, call_kernel, positions
 from worker.stages.probes.one_probe import Call, ProbeRuns
 from worker.stages.probes.stage import NAME
@@ -59,7 +60,7 @@ def _run_checks(
     spec: AuditSpec,
     probe: ProbeSpec,
     case: Case,
-    first: dict[str, Any],
+    first: CallReply,
     calls: list[Call],
 ) -> tuple[list[checks.CheckResult], dict[str, Any]]:
     noncontig = positions(ctx, probe.noncontiguous)
@@ -78,7 +79,7 @@ def _rerun_checks(
     ctx: AuditContext,
     probe: ProbeSpec,
     case: Case,
-    first: dict[str, Any],
+    first: CallReply,
     noncontig: list[int],
     calls: list[Call],
 ) -> list[checks.CheckResult]:
@@ -89,10 +90,10 @@ def _rerun_checks(
     try:
         second = call_kernel(ctx, case, b, noncontig)
         args = case.args(ctx.problem.definition)
-        calls.append((f"{probe.name} (second run)", args, second["args_after"]))
+        calls.append((f"{probe.name} (second run)", args, second.args_after))
         return [
-            checks.check_determinism(names, first["outputs"], second["outputs"], a, b),
-            checks.check_poison(names, first["outputs"], second["outputs"], a, b),
+            checks.check_determinism(names, first.outputs, second.outputs, a, b),
+            checks.check_poison(names, first.outputs, second.outputs, a, b),
         ]
     except KERNEL_FAILURES as err:
         msg = (
@@ -107,7 +108,7 @@ def _order_invariance(
     spec: AuditSpec,
     probe: ProbeSpec,
     case: Case,
-    first: dict[str, Any],
+    first: CallReply,
     noncontig: list[int],
     calls: list[Call],
 ) -> tuple[list[checks.CheckResult], dict[str, Any] | str]:
@@ -136,8 +137,8 @@ def _order_invariance(
     try:
         third = call_kernel(ctx, permuted, checks.POISON_A, noncontig)
         label = f"{probe.name} (permuted along {axis})"
-        calls.append((label, permuted.args(definition), third["args_after"]))
-        outs = first["outputs"], third["outputs"]
+        calls.append((label, permuted.args(definition), third.args_after))
+        outs = first.outputs, third.outputs
         return [checks.check_permutation(names, *outs, dims, perm, axis)], evidence
     except KERNEL_FAILURES as err:
         msg = (

@@ -18,6 +18,7 @@ from worker.numerics import checks
 from worker.probes.distributions import ProbeInputError, ProbeSources, build_probe_case
 from worker.probes.outcome import ProbeOutcome
 from worker.problem_spec import AuditSpec, ProbeSpec
+from worker.sandbox.protocol import CallReply
 from worker.stages.probes.calls import KERNEL_FAILURES, call_kernel, positions
 from worker.stages.probes.measure import input_stats, measure
 from worker.stages.probes.oracle import (
@@ -44,7 +45,7 @@ class ProbeRuns:
     # every kernel call so far, for the inputs-unmodified check
     calls: list[Call] = field(default_factory=list)
     # the probes the kernel answered: their case and reply, for the behavioural checks
-    ran: dict[str, tuple[Case, dict[str, Any]]] = field(default_factory=dict)
+    ran: dict[str, tuple[Case, CallReply]] = field(default_factory=dict)
 
     @property
     def applicable(self) -> list[ProbeOutcome]:
@@ -78,7 +79,7 @@ def run_probes(ctx: AuditContext, spec: AuditSpec, jitter: bool) -> ProbeRuns:
         runs.outcomes.append(outcome)
         if case is not None and reply is not None:
             runs.calls.append(
-                (probe.name, case.args(problem.definition), reply["args_after"])
+                (probe.name, case.args(problem.definition), reply.args_after)
             )
             runs.ran[probe.name] = (case, reply)
     return runs
@@ -92,7 +93,7 @@ def run_probe(
     sources: ProbeSources,
     notes: list[str],
     jitter: bool = False,
-) -> tuple[ProbeOutcome, Case | None, dict[str, Any] | None]:
+) -> tuple[ProbeOutcome, Case | None, CallReply | None]:
     """One probe: its outcome; its case and the kernel's reply where the kernel ran."""
     seed = ctx.derive_seed(NAME, probe.name)
     outcome = ProbeOutcome(
@@ -126,7 +127,7 @@ def run_probe(
             ref = oracle_outputs(oracle, case, ctx)
     with _timed(outcome, "measure", ctx.device):
         outcome.outputs = measure(
-            ctx, spec, case, reply["outputs"], ref, yardstick.slack, yardstick.honest
+            ctx, spec, case, reply.outputs, ref, yardstick.slack, yardstick.honest
         )
     return outcome, case, reply
 
