@@ -1,7 +1,7 @@
 """Operator commands for production (the compose file's migration step runs `python -m app.admin init`).
 
-  python -m app.admin init                      migrate, then load the catalogue into the problems table
-  python -m app.admin create-key NAME [--admin]  print a new API key (only its hash is stored)
+python -m app.admin init                      migrate, then load the catalogue into the problems table
+python -m app.admin create-key NAME [--admin]  print a new API key (only its hash is stored)
 """
 
 from __future__ import annotations

@@ -31,7 +31,9 @@ if TYPE_CHECKING:
     from app.core.settings import Settings
     from worker.dataset_import import ImportReport
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help="kernel-audit: what the benchmark checks, and what it misses.")
+app = typer.Typer(
+    add_completion=False, no_args_is_help=True, help="kernel-audit: what the benchmark checks, and what it misses."
+)
 
 _STATUS_STYLE = {
     StageStatus.passed: "green",
@@ -108,8 +110,10 @@ def _writable_folder(path: Path) -> bool:
 
 
 _CATALOGUE_OPTION = typer.Option(
-    "--catalogue", help="a catalogue folder (one folder per problem, as `kaudit problems import` writes); "
-                        "default: KAUDIT_CATALOGUE_ROOT, else the curated problems shipped in kernels/")
+    "--catalogue",
+    help="a catalogue folder (one folder per problem, as `kaudit problems import` writes); "
+    "default: KAUDIT_CATALOGUE_ROOT, else the curated problems shipped in kernels/",
+)
 
 
 def read_submission(path: Path, definition: str | None, catalogue: Catalogue | None) -> Solution:
@@ -128,7 +132,10 @@ def read_submission(path: Path, definition: str | None, catalogue: Catalogue | N
         if definition:
             solution = solution.for_definition(definition, "named by --definition")
     if catalogue is not None and solution.definition not in catalogue:
-        raise FormatError(str(path), [f"definition: unknown definition '{solution.definition}'; known: {', '.join(sorted(catalogue.problems))}"])
+        raise FormatError(
+            str(path),
+            [f"definition: unknown definition '{solution.definition}'; known: {', '.join(sorted(catalogue.problems))}"],
+        )
     return solution
 
 
@@ -153,20 +160,36 @@ def render(report: AuditReport, console: Console) -> None:
 @app.command()
 def audit(
     path: Annotated[Path, typer.Argument(help="solution.json, a folder with one, or a .py file (with --definition)")],
-    definition: Annotated[str | None, typer.Option("--definition", "-d", help="definition name (needed for a .py file)")] = None,
+    definition: Annotated[
+        str | None, typer.Option("--definition", "-d", help="definition name (needed for a .py file)")
+    ] = None,
     device: Annotated[str, typer.Option(help="cpu or cuda")] = "cpu",
     stages: Annotated[str | None, typer.Option(help=_STAGES_HELP)] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object instead of the report")] = False,
     seed: Annotated[int | None, typer.Option(help="audit seed (default: a fresh secret one)")] = None,
-    token_stats: Annotated[Path | None, typer.Option(
-        "--token-stats", help="your token statistics (.npy or .safetensors: a histogram or a sample of ids) for the id probes")] = None,
+    token_stats: Annotated[
+        Path | None,
+        typer.Option(
+            "--token-stats",
+            help="your token statistics (.npy or .safetensors: a histogram or a sample of ids) for the id probes",
+        ),
+    ] = None,
     token_stats_kind: Annotated[str, typer.Option("--token-stats-kind", help="auto, histogram or sample")] = "auto",
-    problem_dir: Annotated[Path | None, typer.Option(
-        "--problem-dir", help="a SOL-ExecBench definition folder (definition.json, workload.jsonl) to audit against, "
-                              "instead of the catalogue; without audit.json and oracle.py the generic probes apply")] = None,
+    problem_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--problem-dir",
+            help="a SOL-ExecBench definition folder (definition.json, workload.jsonl) to audit against, "
+            "instead of the catalogue; without audit.json and oracle.py the generic probes apply",
+        ),
+    ] = None,
     catalogue_dir: Annotated[Path | None, _CATALOGUE_OPTION] = None,
-    traces: Annotated[Path | None, typer.Option(
-        "--traces", help="also write one SOL-ExecBench trace per evaluated workload to this file (JSON lines)")] = None,
+    traces: Annotated[
+        Path | None,
+        typer.Option(
+            "--traces", help="also write one SOL-ExecBench trace per evaluated workload to this file (JSON lines)"
+        ),
+    ] = None,
 ) -> None:
     """Audit a kernel: intake, static, benchmark, probes, canary, verdict."""
     err = Console(stderr=True)
@@ -209,10 +232,14 @@ def audit(
     except (FormatError, OSError) as e:
         raise _usage_error(err, str(e)) from e
     if solution.spec.needs_gpu and not device.startswith("cuda"):  # refused before anything is loaded or run
-        raise _usage_error(err, (
-            f"spec.languages {list(solution.spec.languages)}: {', '.join(solution.spec.gpu_languages)} run only on an "
-            f"NVIDIA GPU (CUDA), but this audit's devices are: {device} (--device); use --device cuda on a machine "
-            "with one, or audit a pytorch or triton solution"))
+        raise _usage_error(
+            err,
+            (
+                f"spec.languages {list(solution.spec.languages)}: {', '.join(solution.spec.gpu_languages)} run only on an "
+                f"NVIDIA GPU (CUDA), but this audit's devices are: {device} (--device); use --device cuda on a machine "
+                "with one, or audit a pytorch or triton solution"
+            ),
+        )
     problem = problem.with_token_stats(stats)
     with err.status(f"auditing {solution.name}") as status:
         report = run_audit(
@@ -225,7 +252,9 @@ def audit(
             on_stage=lambda r: err.print(f"  {r.name}: [{_STATUS_STYLE[r.status]}]{r.status.value}[/] {r.summary}"),
         )
     if traces is not None:
-        _write_traces(err, traces, report, solution, list(problem.workloads("gpu" if device.startswith("cuda") else "cpu")))
+        _write_traces(
+            err, traces, report, solution, list(problem.workloads("gpu" if device.startswith("cuda") else "cpu"))
+        )
     if as_json:
         typer.echo(json.dumps(report.model_dump(mode="json")))
     else:
@@ -233,7 +262,9 @@ def audit(
     raise typer.Exit(code=0 if report.verdict is Verdict.pass_ else 1)
 
 
-def _write_traces(err: Console, target: Path, report: AuditReport, solution: Solution, workloads: list[Workload]) -> None:
+def _write_traces(
+    err: Console, target: Path, report: AuditReport, solution: Solution, workloads: list[Workload]
+) -> None:
     """What SOL-ExecBench's evaluator would record for this audit (worker.traces), one JSON line per workload."""
     from worker.traces import to_jsonl, traces_of
 
@@ -243,12 +274,16 @@ def _write_traces(err: Console, target: Path, report: AuditReport, solution: Sol
     except OSError as e:
         raise _usage_error(err, f"--traces {target}: {e.strerror or e}") from e
     # stderr: with --json, stdout holds the report alone
-    err.print(f"traces: {len(written)} of {len(workloads)} workload(s) written to {escape(str(target))}"
-              + ("" if len(written) == len(workloads) else " (the rest were not evaluated)"), highlight=False)
+    err.print(
+        f"traces: {len(written)} of {len(workloads)} workload(s) written to {escape(str(target))}"
+        + ("" if len(written) == len(workloads) else " (the rest were not evaluated)"),
+        highlight=False,
+    )
 
 
-problems_app = typer.Typer(help="The problem catalogue: list it (no command), or import a SOL-ExecBench dataset.",
-                           invoke_without_command=True)
+problems_app = typer.Typer(
+    help="The problem catalogue: list it (no command), or import a SOL-ExecBench dataset.", invoke_without_command=True
+)
 app.add_typer(problems_app, name="problems")
 
 
@@ -263,19 +298,33 @@ def problems(
         return
     catalogue = open_catalogue(Console(stderr=True), catalogue_dir)
     if as_json:
-        typer.echo(json.dumps([
-            {"name": p.name, "description": p.definition.description, "inputs": list(p.definition.inputs),
-             "outputs": list(p.definition.outputs), "probes": [s.name for s in p.spec.probes],
-             "examples": sorted(p.example_solutions())}
-            for p in catalogue
-        ]))
+        typer.echo(
+            json.dumps(
+                [
+                    {
+                        "name": p.name,
+                        "description": p.definition.description,
+                        "inputs": list(p.definition.inputs),
+                        "outputs": list(p.definition.outputs),
+                        "probes": [s.name for s in p.spec.probes],
+                        "examples": sorted(p.example_solutions()),
+                    }
+                    for p in catalogue
+                ]
+            )
+        )
         return
     table = Table(title="kernel-audit problems")
     for col in ("name", "inputs", "outputs", "probes", "examples"):
         table.add_column(col, overflow="fold")
     for p in catalogue:
-        table.add_row(p.name, ", ".join(p.definition.inputs), ", ".join(p.definition.outputs),
-                      str(len(p.spec.probes)), ", ".join(sorted(p.example_solutions())))
+        table.add_row(
+            p.name,
+            ", ".join(p.definition.inputs),
+            ", ".join(p.definition.outputs),
+            str(len(p.spec.probes)),
+            ", ".join(sorted(p.example_solutions())),
+        )
     Console().print(table)
 
 
@@ -289,8 +338,11 @@ def _import_destination(err: Console, into: Path | None) -> Path:
     if configured is None:
         raise _usage_error(err, "no catalogue to import into: pass --into DIR, or set KAUDIT_CATALOGUE_ROOT")
     if not _writable_folder(configured):
-        raise _usage_error(err, f"KAUDIT_CATALOGUE_ROOT {configured} is not a folder this user can write to: "
-                                "pass --into DIR, or set KAUDIT_CATALOGUE_ROOT to one")
+        raise _usage_error(
+            err,
+            f"KAUDIT_CATALOGUE_ROOT {configured} is not a folder this user can write to: "
+            "pass --into DIR, or set KAUDIT_CATALOGUE_ROOT to one",
+        )
     return configured
 
 
@@ -318,9 +370,12 @@ def _hand_made_folders_replaced(root: Path, dest: Path) -> list[str]:
 
 @problems_app.command("import")
 def import_problems(
-    path: Annotated[Path, typer.Argument(help="a SOL-ExecBench dataset tree (folders holding definition.json and workload.jsonl)")],
-    into: Annotated[Path | None, typer.Option(
-        "--into", help="the catalogue folder to import into (default: KAUDIT_CATALOGUE_ROOT)")] = None,
+    path: Annotated[
+        Path, typer.Argument(help="a SOL-ExecBench dataset tree (folders holding definition.json and workload.jsonl)")
+    ],
+    into: Annotated[
+        Path | None, typer.Option("--into", help="the catalogue folder to import into (default: KAUDIT_CATALOGUE_ROOT)")
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print the import report as one JSON object")] = False,
 ) -> None:
     """Import a SOL-ExecBench dataset tree into a catalogue folder, one folder per definition (blobs copied in).
@@ -337,8 +392,11 @@ def import_problems(
         raise _usage_error(err, f"the catalogue {dest} and the dataset {path} overlap: import into a folder outside it")
     clashes = _hand_made_folders_replaced(path, dest)
     if clashes:
-        raise _usage_error(err, f"{dest} already holds problems that were not imported, which this import would "
-                                f"replace: {', '.join(clashes)}; import into another folder")
+        raise _usage_error(
+            err,
+            f"{dest} already holds problems that were not imported, which this import would "
+            f"replace: {', '.join(clashes)}; import into another folder",
+        )
     if not problem_folders(path.resolve()):
         err.print(f"nothing to import: no definition.json under {escape(str(path))}", highlight=False)
         raise typer.Exit(code=1)
@@ -378,9 +436,12 @@ def _render_import(report: ImportReport, broken: dict[str, str], dest: Path) -> 
         out.print(table)
     for name, why in broken.items():
         out.print(f"[yellow]warning:[/yellow] {escape(name)} was imported but does not load: {escape(why)}")
-    out.print(f"{len(report.imported)} imported, {len(report.refused)} refused. Imported references run sandboxed "
-              f"until reviewed (provenance.json). Audit against them: kaudit audit SOLUTION --catalogue "
-              f"{escape(str(dest))}", highlight=False)
+    out.print(
+        f"{len(report.imported)} imported, {len(report.refused)} refused. Imported references run sandboxed "
+        f"until reviewed (provenance.json). Audit against them: kaudit audit SOLUTION --catalogue "
+        f"{escape(str(dest))}",
+        highlight=False,
+    )
 
 
 @app.command("warm-cache")
@@ -403,7 +464,9 @@ def warm_cache(
 
 @app.command()
 def serve(
-    data_dir: Annotated[Path, typer.Option(help="where the SQLite database and the broker's files live")] = Path(".kaudit"),
+    data_dir: Annotated[Path, typer.Option(help="where the SQLite database and the broker's files live")] = Path(
+        ".kaudit"
+    ),
     host: Annotated[str, typer.Option()] = "127.0.0.1",
     port: Annotated[int, typer.Option()] = 8000,
     device: Annotated[str, typer.Option(help="cpu or cuda")] = "cpu",

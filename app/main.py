@@ -47,8 +47,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         yield
         engine.dispose()
 
-    app = FastAPI(title="kernel-audit", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None,
-                  description="Audits GPU kernel submissions (SOL-ExecBench formats) for what the benchmark's verifier misses.")
+    app = FastAPI(
+        title="kernel-audit",
+        version="0.1.0",
+        lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
+        description="Audits GPU kernel submissions (SOL-ExecBench formats) for what the benchmark's verifier misses.",
+    )
     from app.jobs.celery import make_celery
 
     app.state.services = Services(
@@ -59,8 +65,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         problems=ProblemIndex(),
         key_cache=KeyCache(ttl_s=settings.key_cache_s),
     )
-    app.add_middleware(BodyLimitMiddleware, limit=settings.body_limit_bytes,
-                       overrides={("POST", "/v1/submissions"): settings.submission_body_limit_bytes})
+    app.add_middleware(
+        BodyLimitMiddleware,
+        limit=settings.body_limit_bytes,
+        overrides={("POST", "/v1/submissions"): settings.submission_body_limit_bytes},
+    )
     app.add_middleware(RejectNulMiddleware)
     app.add_middleware(SecurityHeadersMiddleware)  # added last: outermost, so every answer above carries the headers
     install_docs(app)  # the docs pages with the CSP nonce on their inline script

@@ -3,6 +3,7 @@ SQLite for storage, Celery's filesystem transport as the broker, the catalogue l
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import signal
 import socket
@@ -23,13 +24,21 @@ from app.models import ApiKey
 from app.problems.service import sync_and_enqueue
 
 
-def embedded_settings(data_dir: Path, *, device: str = "cpu", stages: str | None = None, base: Settings | None = None) -> Settings:
+def embedded_settings(
+    data_dir: Path, *, device: str = "cpu", stages: str | None = None, base: Settings | None = None
+) -> Settings:
     data_dir = data_dir.resolve()
     from worker.sandbox.isolation import namespaces_available
 
-    update = dict(database_url=f"sqlite:///{data_dir / 'kaudit.db'}", redis_url=None, broker_url="filesystem://",
-                  broker_dir=data_dir / "broker", rate_limit_storage_url="memory://", device=device,
-                  uploads_dir=data_dir / "uploads")
+    update = dict(
+        database_url=f"sqlite:///{data_dir / 'kaudit.db'}",
+        redis_url=None,
+        broker_url="filesystem://",
+        broker_dir=data_dir / "broker",
+        rate_limit_storage_url="memory://",
+        device=device,
+        uploads_dir=data_dir / "uploads",
+    )
     if not namespaces_available():
         # one machine, the user's own kernels: run, but unisolated and saying so (a production worker refuses instead)
         update["isolation"] = "none"
@@ -47,7 +56,9 @@ def prepare(settings: Settings, new_admin_key: bool = False) -> tuple[str | None
     try:
         with UnitOfWork(make_sessionmaker(engine), AuditQueue(make_celery(settings))) as uow:
             result = sync_and_enqueue(uow, settings)
-            admin = uow.session.scalar(select(ApiKey).where(ApiKey.scopes.contains("admin"), ApiKey.revoked_at.is_(None)))
+            admin = uow.session.scalar(
+                select(ApiKey).where(ApiKey.scopes.contains("admin"), ApiKey.revoked_at.is_(None))
+            )
             plaintext = None
             if admin is None or new_admin_key:
                 _, plaintext = create_api_key(uow.session, "admin", ("submit", "admin"))
@@ -68,14 +79,41 @@ def start_webhook_worker(settings: Settings, log: Path) -> subprocess.Popen[byte
     return _celery_worker(settings, log, settings.webhook_queue, "kaudit-webhooks", pool="threads", concurrency=4)
 
 
-def _celery_worker(settings: Settings, log: Path, queues: str, name: str, *, pool: str, concurrency: int) -> subprocess.Popen[bytes]:
-    argv = [sys.executable, "-m", "celery", "-A", "app.jobs.worker", "worker", "-Q", queues,
-            "--concurrency", str(concurrency), "--pool", pool, "-n", f"{name}@%h", "--loglevel", "INFO",
-            "--without-gossip", "--without-mingle", "--without-heartbeat"]
+def _celery_worker(
+    settings: Settings, log: Path, queues: str, name: str, *, pool: str, concurrency: int
+) -> subprocess.Popen[bytes]:
+    argv = [
+        sys.executable,
+        "-m",
+        "celery",
+        "-A",
+        "app.jobs.worker",
+        "worker",
+        "-Q",
+        queues,
+        "--concurrency",
+        str(concurrency),
+        "--pool",
+        pool,
+        "-n",
+        f"{name}@%h",
+        "--loglevel",
+        "INFO",
+        "--without-gossip",
+        "--without-mingle",
+        "--without-heartbeat",
+    ]
     fh = open(log, "ab")  # noqa: SIM115 - owned by the child for its lifetime
     # run in the data folder: whatever a worker writes to a relative path lands there, not in the user's cwd
-    return subprocess.Popen(argv, env=settings_env(settings), stdout=fh, stderr=subprocess.STDOUT, start_new_session=True,
-                            preexec_fn=_die_with_parent, cwd=log.parent)
+    return subprocess.Popen(
+        argv,
+        env=settings_env(settings),
+        stdout=fh,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        preexec_fn=_die_with_parent,
+        cwd=log.parent,
+    )
 
 
 def stop_workers(workers: list[subprocess.Popen[bytes]]) -> None:
@@ -96,10 +134,8 @@ def _die_with_parent() -> None:
     if sys.platform.startswith("linux"):
         import ctypes
 
-        try:
+        with contextlib.suppress(OSError):
             ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-        except OSError:
-            pass
 
 
 def _exit_on_sigterm(_sig: int, _frame: object) -> None:
@@ -129,7 +165,9 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-def serve(data_dir: Path, host: str, port: int, *, device: str = "cpu", stages: str | None = None, new_admin_key: bool = False) -> None:
+def serve(
+    data_dir: Path, host: str, port: int, *, device: str = "cpu", stages: str | None = None, new_admin_key: bool = False
+) -> None:
     """Bind, prepare, start the worker, then print the URL: what is printed is already reachable. Raises PortUnavailable."""
     import uvicorn
 
@@ -151,23 +189,34 @@ def serve(data_dir: Path, host: str, port: int, *, device: str = "cpu", stages: 
     url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}"
     print(f"kernel-audit is running at {url}  (API docs: {url}/docs)", flush=True)
     print(f"  problems: {', '.join(problems)}", flush=True)
-    print(f"  data: {data_dir.resolve()} (SQLite, filesystem broker); worker logs: {data_dir / 'worker.log'}, "
-          f"{data_dir / 'webhooks.log'}", flush=True)
+    print(
+        f"  data: {data_dir.resolve()} (SQLite, filesystem broker); worker logs: {data_dir / 'worker.log'}, "
+        f"{data_dir / 'webhooks.log'}",
+        flush=True,
+    )
     if settings.isolation == "none":
-        print("  WARNING: bubblewrap is not available here, so submissions run UNISOLATED (as you, network open): "
-              "audit only your own kernels (install the 'bubblewrap' package to isolate them)", flush=True)
+        print(
+            "  WARNING: bubblewrap is not available here, so submissions run UNISOLATED (as you, network open): "
+            "audit only your own kernels (install the 'bubblewrap' package to isolate them)",
+            flush=True,
+        )
     if key:
         print(f"  admin API key (shown once, only its hash is stored): {key}", flush=True)
     else:
         print("  an admin API key exists already; `kaudit serve --new-admin-key` prints a new one", flush=True)
-    print(f"  submit: curl -H 'Authorization: Bearer <key>' -H 'content-type: application/json' "
-          f"--data @kernels/embedding_backward/solutions/pytorch_fp32/solution.json {url}/v1/submissions", flush=True)
+    print(
+        f"  submit: curl -H 'Authorization: Bearer <key>' -H 'content-type: application/json' "
+        f"--data @kernels/embedding_backward/solutions/pytorch_fp32/solution.json {url}/v1/submissions",
+        flush=True,
+    )
     # uvicorn re-raises the signal that stopped it once it has shut down: make SIGTERM an exception, so the
     # workers are stopped below rather than orphaned
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     try:
         # its access lines (info level) keep the path and drop the query string (app.core.access_log)
-        server = uvicorn.Server(uvicorn.Config(create_app(settings), log_level="warning", log_config=access_log.log_config()))
+        server = uvicorn.Server(
+            uvicorn.Config(create_app(settings), log_level="warning", log_config=access_log.log_config())
+        )
         server.run(sockets=[sock])
     finally:
         sock.close()

@@ -66,11 +66,23 @@ def main() -> None:
             ctx.close()  # reaps the sandbox child, so its CPU time is counted below
         after = _cpu_seconds()
         m = result.metrics
-        rows.append({"audit": i, "status": result.status.value, "sandbox_start_s": round(start_s, 2), **m["timings"],
-                     "cpu_s": {k: round(after[k] - before[k], 1) for k in after}, "runs": m["runs"],
-                     "loss_gap": m.get("loss_gap"), "noise_band": m.get("noise_band"), "fidelity_worst_ratio": m.get("fidelity_worst_ratio"),
-                     "null_mean_gaps": {o: [round(g, 5) for g in c["heldout"]["null_mean_gaps"]]
-                                        for o, c in result.evidence.get("curves", {}).items()}})
+        rows.append(
+            {
+                "audit": i,
+                "status": result.status.value,
+                "sandbox_start_s": round(start_s, 2),
+                **m["timings"],
+                "cpu_s": {k: round(after[k] - before[k], 1) for k in after},
+                "runs": m["runs"],
+                "loss_gap": m.get("loss_gap"),
+                "noise_band": m.get("noise_band"),
+                "fidelity_worst_ratio": m.get("fidelity_worst_ratio"),
+                "null_mean_gaps": {
+                    o: [round(g, 5) for g in c["heldout"]["null_mean_gaps"]]
+                    for o, c in result.evidence.get("curves", {}).items()
+                },
+            }
+        )
         print(json.dumps(rows[-1]), flush=True)
     runs = rows[0]["runs"]
     n_runs = runs["parent"] + runs["submission"]
@@ -88,11 +100,13 @@ def main() -> None:
         "load_after": [round(x, 2) for x in os.getloadavg()],
         "audits": rows,
     }
-    print(f"canary cost, {profile.name} profile on {args.device}: {summary['seconds_per_audit']} s per audit "
-          f"({n_runs} training runs of {profile.steps} steps: {runs['parent']} here, stacked in one pass "
-          f"({summary['parent_train_s']} s), while the submission's {runs['submission']} train stacked in its own process "
-          f"({summary['submission_train_s']} s); then the held-out evaluation and the fidelity check); "
-          f"load average before {load_before}, after {summary['load_after']}")
+    print(
+        f"canary cost, {profile.name} profile on {args.device}: {summary['seconds_per_audit']} s per audit "
+        f"({n_runs} training runs of {profile.steps} steps: {runs['parent']} here, stacked in one pass "
+        f"({summary['parent_train_s']} s), while the submission's {runs['submission']} train stacked in its own process "
+        f"({summary['submission_train_s']} s); then the held-out evaluation and the fidelity check); "
+        f"load average before {load_before}, after {summary['load_after']}"
+    )
     if args.out:
         with open(args.out, "w") as f:
             json.dump(summary, f, indent=1)

@@ -23,17 +23,21 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import torch  # noqa: E402
+import torch
 
-from benchmarks.gpu_canary import canary_row  # noqa: E402
-from worker.canary.profiles import profile_for  # noqa: E402
-from worker.catalogue import load_catalogue  # noqa: E402
-from worker.probes.token_stats import LoadedTokenStats  # noqa: E402
+from benchmarks.gpu_canary import canary_row
+from worker.canary.profiles import profile_for
+from worker.catalogue import load_catalogue
+from worker.probes.token_stats import LoadedTokenStats
 
 KERNELS: dict[str, list[tuple[str, str]]] = {
     "cpu": [("embedding_backward", "pytorch_bf16_accum"), ("embedding_backward", "pytorch_fp32")],
-    "cuda": [("embedding_backward", "pytorch_bf16_accum"), ("embedding_backward", "triton_bf16_atomic"),
-             ("embedding_backward", "pytorch_fp32"), ("embedding_backward", "triton_fp32")],
+    "cuda": [
+        ("embedding_backward", "pytorch_bf16_accum"),
+        ("embedding_backward", "triton_bf16_atomic"),
+        ("embedding_backward", "pytorch_fp32"),
+        ("embedding_backward", "triton_fp32"),
+    ],
 }
 TEXTS = ("real", "uniform")
 
@@ -48,7 +52,11 @@ def run_one(problem_name: str, solution_name: str, text: str, seed: int, device:
     problem = load_catalogue().get(problem_name)
     if text == "uniform":
         problem = problem.with_token_stats(uniform_stats(device))
-    return {"kernel": f"{problem_name}/{solution_name}", "text": text, **canary_row(problem, solution_name, seed, device)}
+    return {
+        "kernel": f"{problem_name}/{solution_name}",
+        "text": text,
+        **canary_row(problem, solution_name, seed, device),
+    }
 
 
 def _gap(row: dict[str, Any], opt: str) -> str:
@@ -69,18 +77,26 @@ def main() -> None:
     if args.only:
         kernels = [tuple(k.split("/", 1)) for k in args.only.split(",")]  # type: ignore[misc]
     args.out.mkdir(parents=True, exist_ok=True)
-    env = {"device": torch.cuda.get_device_name(0) if args.device == "cuda" else "cpu", "torch": torch.__version__,
-           "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+    env = {
+        "device": torch.cuda.get_device_name(0) if args.device == "cuda" else "cpu",
+        "torch": torch.__version__,
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+    }
     rows: list[dict[str, Any]] = []
-    print(f"{'kernel':42} {'text':8} {'status':7} {'SGD gap / limit':>20} {'AdamW gap / limit':>20} {'fid x':>8} {'s':>6}")
+    print(
+        f"{'kernel':42} {'text':8} {'status':7} {'SGD gap / limit':>20} {'AdamW gap / limit':>20} {'fid x':>8} {'s':>6}"
+    )
     for _ in range(args.repeats):
         for problem_name, solution_name in kernels:
             for text in TEXTS:
                 r = run_one(problem_name, solution_name, text, secrets.randbits(62), args.device)
                 rows.append(r)
                 fid = r["fidelity_worst_ratio"]
-                print(f"{r['kernel']:42} {text:8} {r['status']:7} {_gap(r, 'sgd'):>20} {_gap(r, 'adamw'):>20} "
-                      f"{fid if fid is None else round(fid, 1)!s:>8} {r['seconds']:6.1f}", flush=True)
+                print(
+                    f"{r['kernel']:42} {text:8} {r['status']:7} {_gap(r, 'sgd'):>20} {_gap(r, 'adamw'):>20} "
+                    f"{fid if fid is None else round(fid, 1)!s:>8} {r['seconds']:6.1f}",
+                    flush=True,
+                )
                 (args.out / "canary_matrix.json").write_text(json.dumps({"environment": env, "rows": rows}, indent=1))
 
 

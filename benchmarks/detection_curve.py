@@ -25,22 +25,30 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.audit_examples import device_name  # noqa: E402
-from worker.catalogue import load_catalogue  # noqa: E402
-from worker.context import AuditContext  # noqa: E402
-from worker.problem_spec import InputGenerator, ProbeSpec  # noqa: E402
-from worker.stages import probes as probes_stage  # noqa: E402
+from benchmarks.audit_examples import device_name
+from worker.catalogue import load_catalogue
+from worker.context import AuditContext
+from worker.problem_spec import InputGenerator, ProbeSpec
+from worker.stages import probes as probes_stage
 
-SIZES = {"cpu": {"num_tokens": 8192, "vocab_size": 32000, "hidden_size": 64},
-         "cuda": {"num_tokens": 16384, "vocab_size": 32000, "hidden_size": 1024}}
+SIZES = {
+    "cpu": {"num_tokens": 8192, "vocab_size": 32000, "hidden_size": 64},
+    "cuda": {"num_tokens": 16384, "vocab_size": 32000, "hidden_size": 1024},
+}
 
 
 def probe_for(k: int, axes: dict[str, int], grad: str) -> ProbeSpec:
     n = axes["num_tokens"]
-    grad_gen = (InputGenerator(kind="shared_direction", ids_from="indices", std=1e-3) if grad == "shared_direction"
-                else InputGenerator(kind="normal", std=1e-3))
+    grad_gen = (
+        InputGenerator(kind="shared_direction", ids_from="indices", std=1e-3)
+        if grad == "shared_direction"
+        else InputGenerator(kind="normal", std=1e-3)
+    )
     return ProbeSpec(
-        name=f"hot_k{k}", why=f"one id takes {k} of {n} tokens", axes=axes, gpu_axes=axes,
+        name=f"hot_k{k}",
+        why=f"one id takes {k} of {n} tokens",
+        axes=axes,
+        gpu_axes=axes,
         inputs={
             "indices": InputGenerator(kind="hot_id", fraction=k / n, high_axis="vocab_size"),
             "grad_output": grad_gen,
@@ -53,8 +61,12 @@ def probe_for(k: int, axes: dict[str, int], grad: str) -> ProbeSpec:
 def hot_row(metrics: dict[str, Any]) -> dict[str, Any]:
     out = metrics["outputs"]["grad_weight"]
     top = next((b for b in reversed(out["buckets"]) if b["groups"] > 0), None)
-    return {"worst_ratio": out["worst_ratio"], "worst_group_label": out["worst_group_label"],
-            "top_bucket": top["label"] if top else None, "top_bucket_ratio": top["ratio"] if top else None}
+    return {
+        "worst_ratio": out["worst_ratio"],
+        "worst_group_label": out["worst_group_label"],
+        "top_bucket": top["label"] if top else None,
+        "top_bucket_ratio": top["ratio"] if top else None,
+    }
 
 
 def run_curve(device: str, solution: str, ks: list[int], repeats: int, grad: str) -> list[dict[str, Any]]:
@@ -64,8 +76,12 @@ def run_curve(device: str, solution: str, ks: list[int], repeats: int, grad: str
     rows = []
     for r in range(repeats):
         seed = secrets.randbits(62)
-        ctx = AuditContext(problem=dataclasses.replace(problem, spec=spec), solution=problem.example_solution(solution),
-                           device=device, seed=seed)
+        ctx = AuditContext(
+            problem=dataclasses.replace(problem, spec=spec),
+            solution=problem.example_solution(solution),
+            device=device,
+            seed=seed,
+        )
         try:
             result = probes_stage.run(ctx)
         finally:
@@ -73,7 +89,10 @@ def run_curve(device: str, solution: str, ks: list[int], repeats: int, grad: str
         for k in ks:
             m = result.metrics["probes"][f"hot_k{k}"]
             rows.append({"k": k, "repeat": r, "seed": seed, "flagged": not m["passed"], **hot_row(m)})
-            print(f"repeat {r} k={k}: ratio {m['worst_ratio']:.2f}x, {'FLAGGED' if not m['passed'] else 'passes'}", flush=True)
+            print(
+                f"repeat {r} k={k}: ratio {m['worst_ratio']:.2f}x, {'FLAGGED' if not m['passed'] else 'passes'}",
+                flush=True,
+            )
     return rows
 
 
@@ -112,12 +131,18 @@ def plot(rows: list[dict[str, Any]], ks: list[int], budget: float, title: str, p
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--device", default="cpu")
-    ap.add_argument("--solution", default=None, help="default: pytorch_bf16_accum on the CPU, triton_bf16_atomic on CUDA")
+    ap.add_argument(
+        "--solution", default=None, help="default: pytorch_bf16_accum on the CPU, triton_bf16_atomic on CUDA"
+    )
     ap.add_argument("--kmin", type=int, default=8)
     ap.add_argument("--kmax", type=int, default=4096)
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--grad", choices=["normal", "shared_direction"], default="normal",
-                    help="gradient rows: zero-mean noise (the conservative case) or one direction per token")
+    ap.add_argument(
+        "--grad",
+        choices=["normal", "shared_direction"],
+        default="normal",
+        help="gradient rows: zero-mean noise (the conservative case) or one direction per token",
+    )
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--plot", type=Path, default=None)
     args = ap.parse_args()
@@ -134,9 +159,14 @@ def main() -> int:
     point = detection_point(rows, ks)
     result = {
         "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "device": args.device, "device_name": device_name(args.device), "torch": torch.__version__,
-        "solution": f"embedding_backward/{solution}", "axes": SIZES["cuda" if args.device.startswith("cuda") else "cpu"],
-        "grad": args.grad, "budget": budget, "repeats": args.repeats,
+        "device": args.device,
+        "device_name": device_name(args.device),
+        "torch": torch.__version__,
+        "solution": f"embedding_backward/{solution}",
+        "axes": SIZES["cuda" if args.device.startswith("cuda") else "cpu"],
+        "grad": args.grad,
+        "budget": budget,
+        "repeats": args.repeats,
         "detected_from_k": point,
         "rule": "smallest k from which every repeat at that k and every larger k is flagged by the probe",
         "rows": rows,

@@ -28,11 +28,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.audit_examples import device_name  # noqa: E402
-from benchmarks.expectations import KNOWN_BAD, runs_on  # noqa: E402
-from benchmarks.parallel import run_jobs  # noqa: E402
-from worker.catalogue import Catalogue, Problem, load_catalogue  # noqa: E402
-from worker.engine import run_audit  # noqa: E402
+from benchmarks.audit_examples import device_name
+from benchmarks.expectations import KNOWN_BAD, runs_on
+from benchmarks.parallel import run_jobs
+from worker.catalogue import Catalogue, Problem, load_catalogue
+from worker.engine import run_audit
 
 STAGES = ("intake", "static", "benchmark", "probes")
 PATHS = ("generic", "curated")
@@ -135,12 +135,16 @@ def _caught(row: dict[str, Any]) -> str:
 
 
 def _table(rows: list[dict[str, Any]], path: str) -> list[str]:
-    lines = [f"| definition | example | benchmark | {path} probes | caught by | worst ratio | outcome | time |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f"| definition | example | benchmark | {path} probes | caught by | worst ratio | outcome | time |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
         caught = _caught(r)
-        lines.append(f"| {r['definition']} | {r['example']} | {r['benchmark']} | {probes_status(r)} | {caught or '-'} | "
-                     f"{ratio_cell(r)} | {verdict_cell(r)} | {r['wall_s']} s |")
+        lines.append(
+            f"| {r['definition']} | {r['example']} | {r['benchmark']} | {probes_status(r)} | {caught or '-'} | "
+            f"{ratio_cell(r)} | {verdict_cell(r)} | {r['wall_s']} s |"
+        )
     return lines
 
 
@@ -152,20 +156,25 @@ def markdown(rows: list[dict[str, Any]], header: str) -> str:
         lines += _table(generic, "generic")
     if curated:
         lines += ([""] if generic else []) + [
-            "## Caught by the curated probes", "",
+            "## Caught by the curated probes",
+            "",
             f"The definitions curated after the generic path missed their known-bad example ({', '.join(CURATED_AFTER_GENERIC)}), "
-            "audited with their audit.json and oracle.py.", "",
+            "audited with their audit.json and oracle.py.",
+            "",
             *_table(curated, "curated"),
         ]
     lines += ["", "Probe summaries:", ""]
     for r in rows:
         tag = " (curated)" if path_of(r) == "curated" else ""
-        lines.append(f"- **{r['definition']}/{r['example']}**{tag}: benchmark: {r['benchmark_summary']} | probes: {r['probes_summary']}")
+        lines.append(
+            f"- **{r['definition']}/{r['example']}**{tag}: benchmark: {r['benchmark_summary']} | probes: {r['probes_summary']}"
+        )
     return "\n".join(lines) + "\n"
 
 
-def plan_jobs(catalogue: Catalogue, device: str, paths: tuple[str, ...], only: set[str] | None,
-              with_curated: bool) -> list[tuple[str, str, str, str]]:
+def plan_jobs(
+    catalogue: Catalogue, device: str, paths: tuple[str, ...], only: set[str] | None, with_curated: bool
+) -> list[tuple[str, str, str, str]]:
     """(problem, example, device, path) for every audit the run makes, generic ones first."""
     jobs = []
     for path in paths:
@@ -186,13 +195,18 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--with-curated", action="store_true", help="also audit curated problems, judged generically")
-    ap.add_argument("--paths", default="generic",
-                    help=f"comma-separated of {','.join(PATHS)}: curated audits {', '.join(CURATED_AFTER_GENERIC)} with their audit.json")
+    ap.add_argument(
+        "--paths",
+        default="generic",
+        help=f"comma-separated of {','.join(PATHS)}: curated audits {', '.join(CURATED_AFTER_GENERIC)} with their audit.json",
+    )
     ap.add_argument("--only", default=None, help="comma-separated definitions")
     ap.add_argument("--jobs", type=int, default=1)
     ap.add_argument("--budget-s", type=float, default=float("inf"))
     ap.add_argument("--out", type=Path, required=True, help="markdown file; the JSON rows go beside it")
-    ap.add_argument("--resume", action="store_true", help="keep the rows already in --out's JSON and audit only the rest")
+    ap.add_argument(
+        "--resume", action="store_true", help="keep the rows already in --out's JSON and audit only the rest"
+    )
     args = ap.parse_args()
     paths = tuple(p for p in args.paths.split(",") if p)
     if not paths or set(paths) - set(PATHS):
@@ -201,7 +215,11 @@ def main() -> int:
     only = set(args.only.split(",")) if args.only else None
     jobs = plan_jobs(catalogue, args.device, paths, only, args.with_curated)
     rows: list[dict[str, Any]] = []
-    previous = json.loads(args.out.with_suffix(".json").read_text()) if args.resume and args.out.with_suffix(".json").exists() else None
+    previous = (
+        json.loads(args.out.with_suffix(".json").read_text())
+        if args.resume and args.out.with_suffix(".json").exists()
+        else None
+    )
     if previous is not None:
         rows = previous["rows"]
         done = {(r["definition"], r["example"], path_of(r)) for r in rows}
@@ -212,14 +230,26 @@ def main() -> int:
     machine = f"{args.device}: {device_name(args.device)}, torch {torch.__version__}, {started}"
     scope = []
     if "generic" in paths:
-        scope.append("generic path: problems without audit.json and, with audit.json and oracle.py stripped, "
-                     + ("every curated one" if args.with_curated else f"those curated after it ({', '.join(CURATED_AFTER_GENERIC)})"))
+        scope.append(
+            "generic path: problems without audit.json and, with audit.json and oracle.py stripped, "
+            + (
+                "every curated one"
+                if args.with_curated
+                else f"those curated after it ({', '.join(CURATED_AFTER_GENERIC)})"
+            )
+        )
     if "curated" in paths:
         scope.append(f"curated path: {', '.join(CURATED_AFTER_GENERIC)} with their audit.json and oracle.py")
-    title = "Generic path over the catalogue" if paths == ("generic",) else (
-        "Curated probes where the generic path missed" if paths == ("curated",) else "Generic and curated paths")
-    header = previous["header"] if previous is not None else (
-        f"# {title} ({machine})\n\nStages {','.join(STAGES)}; " + "; ".join(scope) + ".")
+    title = (
+        "Generic path over the catalogue"
+        if paths == ("generic",)
+        else ("Curated probes where the generic path missed" if paths == ("curated",) else "Generic and curated paths")
+    )
+    header = (
+        previous["header"]
+        if previous is not None
+        else (f"# {title} ({machine})\n\nStages {','.join(STAGES)}; " + "; ".join(scope) + ".")
+    )
 
     def write() -> None:
         rows.sort(key=lambda r: (PATHS.index(path_of(r)), r["definition"], r["example"]))
@@ -229,15 +259,20 @@ def main() -> int:
 
     def record(row: dict[str, Any]) -> None:
         rows.append(row)
-        print(f"{row['definition']}/{row['example']} ({path_of(row)}): benchmark {row['benchmark']}, probes {probes_status(row)} "
-              f"({row['wall_s']} s) -> {verdict_cell(row)}", flush=True)
+        print(
+            f"{row['definition']}/{row['example']} ({path_of(row)}): benchmark {row['benchmark']}, probes {probes_status(row)} "
+            f"({row['wall_s']} s) -> {verdict_cell(row)}",
+            flush=True,
+        )
         write()
 
     unfinished = run_jobs(audit_row, jobs, workers=args.jobs, budget_s=args.budget_s, on_result=record)
     write()
     missed = [r for r in rows if r["known_bad"] and r["benchmark"] != "failed" and probes_status(r) != "failed"]
     false_pos = [r for r in rows if not r["known_bad"] and (r["benchmark"] != "passed" or probes_status(r) != "passed")]
-    print(f"{len(rows)} audits; {len(missed)} known-bad missed; {len(false_pos)} correct examples flagged; {unfinished} unfinished")
+    print(
+        f"{len(rows)} audits; {len(missed)} known-bad missed; {len(false_pos)} correct examples flagged; {unfinished} unfinished"
+    )
     return 0
 
 

@@ -69,8 +69,13 @@ def one(problem_name: str, members: str, profile: bool, device_name: str, steps:
     torch.zeros(1, device=device)
     init_s = time.perf_counter() - t
     warm_s = warm_up(device)
-    out: dict[str, Any] = {"problem": problem_name, "members": members, "k": len(kernels), "cuda_init_s": round(init_s, 2),
-                           "warm_up_s": round(warm_s, 2)}
+    out: dict[str, Any] = {
+        "problem": problem_name,
+        "members": members,
+        "k": len(kernels),
+        "cuda_init_s": round(init_s, 2),
+        "warm_up_s": round(warm_s, 2),
+    }
     sync()
     t = time.perf_counter()
     train_stacked(p, binding, kernels, init, batches[:FIRST], opts, device, ())
@@ -88,6 +93,7 @@ def one(problem_name: str, members: str, profile: bool, device_name: str, steps:
     if profile:
         from torch.profiler import ProfilerActivity
         from torch.profiler import profile as tprofile
+
         n = 10
         kinds = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
         with tprofile(activities=kinds) as prof:
@@ -97,9 +103,15 @@ def one(problem_name: str, members: str, profile: bool, device_name: str, steps:
             wall = time.perf_counter() - t
         events = prof.key_averages()
         gpu_us = sum(e.self_device_time_total for e in events)
-        launches = sum(e.count for e in events if e.key in ("cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernelEx"))
+        launches = sum(
+            e.count
+            for e in events
+            if e.key in ("cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernelEx")
+        )
         out["profile"] = {
-            "steps": n, "wall_ms_per_step": round(1000 * wall / n, 2), "gpu_kernel_ms_per_step": round(gpu_us / 1000 / n, 2),
+            "steps": n,
+            "wall_ms_per_step": round(1000 * wall / n, 2),
+            "gpu_kernel_ms_per_step": round(gpu_us / 1000 / n, 2),
             "kernel_launches_per_step": round(launches / n, 1),
             "top_by_host": events.table(sort_by="self_cpu_time_total", row_limit=20),
             "top_by_gpu": events.table(sort_by="self_cuda_time_total", row_limit=20),
@@ -135,11 +147,19 @@ def main() -> None:
         print(json.dumps(one(args.one[0], args.one[1], args.profile, args.device, args.steps)), flush=True)
         return
     import torch
-    result: dict[str, Any] = {"date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-                              "device": torch.cuda.get_device_name(0) if args.device == "cuda" else args.device, "torch": torch.__version__, "runs": []}
+
+    result: dict[str, Any] = {
+        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "device": torch.cuda.get_device_name(0) if args.device == "cuda" else args.device,
+        "torch": torch.__version__,
+        "runs": [],
+    }
     for problem in args.problems.split(","):
-        for label, procs in (("child alone", [("child", True)]), ("parent alone", [("parent", False)]),
-                             ("child and parent at once", [("child", False), ("parent", False)])):
+        for label, procs in (
+            ("child alone", [("child", True)]),
+            ("parent alone", [("parent", False)]),
+            ("child and parent at once", [("child", False), ("parent", False)]),
+        ):
             rows = collect([spawn(problem, m, prof, args.device, args.steps) for m, prof in procs])
             for r in rows:
                 r["run"] = label
@@ -147,8 +167,11 @@ def main() -> None:
                 print(json.dumps(brief), flush=True)
                 if "profile" in r:
                     pr = r["profile"]
-                    print(f"profile: {pr['wall_ms_per_step']} ms/step wall, {pr['gpu_kernel_ms_per_step']} ms GPU kernels, "
-                          f"{pr['kernel_launches_per_step']} launches/step\n{pr['top_by_host']}\n{pr['top_by_gpu']}", flush=True)
+                    print(
+                        f"profile: {pr['wall_ms_per_step']} ms/step wall, {pr['gpu_kernel_ms_per_step']} ms GPU kernels, "
+                        f"{pr['kernel_launches_per_step']} launches/step\n{pr['top_by_host']}\n{pr['top_by_gpu']}",
+                        flush=True,
+                    )
             result["runs"] += rows
     if args.out:
         Path(args.out).write_text(json.dumps(result, indent=1))

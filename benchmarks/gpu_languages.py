@@ -61,8 +61,12 @@ def main() -> None:
 
     problem = load_problem(FIXTURES)
     # the fixture's safetensors workload names a blob the fixtures do not ship (its "missing input file" is tested)
-    problem = dataclasses.replace(problem, workloads_gpu=tuple(
-        w for w in problem.workloads_gpu if not any(i.type == "safetensors" for i in w.inputs.values())))
+    problem = dataclasses.replace(
+        problem,
+        workloads_gpu=tuple(
+            w for w in problem.workloads_gpu if not any(i.type == "safetensors" for i in w.inputs.values())
+        ),
+    )
     raw: dict[str, dict] = {}  # type: ignore[type-arg]
     for lang in LANGUAGES:
         name = "cuda_cpp" if lang == "cuda_cpp" else lang
@@ -81,18 +85,29 @@ def main() -> None:
             report = run_audit(problem, solution, device="cuda", stages=args.stages.split(","), seed=attempt)
             st = {s.name: s for s in report.stages}
             compile_ev = st["intake"].evidence.get("compile", {})
-            rows.append({
-                "solution": name, "attempt": attempt, "languages": list(solution.spec.languages),
-                "verdict": report.verdict.value, "seconds": round(time.perf_counter() - t, 2),
-                "intake": st["intake"].summary, "compile": compile_ev,
-                "benchmark": st["benchmark"].summary if "benchmark" in st else None,
-                "probes": st["probes"].summary if "probes" in st else None,
-                "traces": [t.get("evaluation", {}).get("status") for t in report.stages[-1].evidence.get("traces", [])],
-            })
+            rows.append(
+                {
+                    "solution": name,
+                    "attempt": attempt,
+                    "languages": list(solution.spec.languages),
+                    "verdict": report.verdict.value,
+                    "seconds": round(time.perf_counter() - t, 2),
+                    "intake": st["intake"].summary,
+                    "compile": compile_ev,
+                    "benchmark": st["benchmark"].summary if "benchmark" in st else None,
+                    "probes": st["probes"].summary if "probes" in st else None,
+                    "traces": [
+                        t.get("evaluation", {}).get("status") for t in report.stages[-1].evidence.get("traces", [])
+                    ],
+                }
+            )
             r = rows[-1]
-            print(f"{name:26s} #{attempt} {r['verdict']:5s} {r['seconds']:6.1f}s compile={compile_ev.get('seconds')} "
-                  f"cached={compile_ev.get('cached')} traces={r['traces']}\n    intake: {r['intake'][:200]}\n"
-                  f"    benchmark: {(r['benchmark'] or '')[:160]}", flush=True)
+            print(
+                f"{name:26s} #{attempt} {r['verdict']:5s} {r['seconds']:6.1f}s compile={compile_ev.get('seconds')} "
+                f"cached={compile_ev.get('cached')} traces={r['traces']}\n    intake: {r['intake'][:200]}\n"
+                f"    benchmark: {(r['benchmark'] or '')[:160]}",
+                flush=True,
+            )
             # written after every row: a run stopped at its time limit keeps what it measured
             (args.out / "gpu_languages.json").write_text(json.dumps({"environment": env, "rows": rows}, indent=1))
 

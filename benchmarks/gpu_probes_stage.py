@@ -1,4 +1,5 @@
 """GPU check of the probes stage (profile gpu). Usage: python benchmarks/gpu_probes_stage.py PROBLEM:SOLUTION ... ; writes $OUT/gpu_probes.json."""
+
 import json
 import os
 import sys
@@ -26,11 +27,15 @@ for prob_name, sol_name in todo:
     dt = time.time() - t
     m = r.metrics
     line = {
-        "status": r.status.value, "seconds": round(dt, 1), "summary": r.summary,
+        "status": r.status.value,
+        "seconds": round(dt, 1),
+        "summary": r.summary,
         "worst": {n: p["worst_ratio"] for n, p in m["probes"].items()},
         "checks": {c: (v["passed"], v["summary"]) for c, v in m["checks"].items()},
         "diagnosis": m["diagnosis"][:3],
-        "kernel_errors": {n: p.get("kernel_error") for n, p in m["probes"].items() if p.get("kernel_error") or p.get("input_error")},
+        "kernel_errors": {
+            n: p.get("kernel_error") for n, p in m["probes"].items() if p.get("kernel_error") or p.get("input_error")
+        },
     }
     summary[f"{prob_name}:{sol_name}"] = line
     print(f"=== {prob_name}:{sol_name} {r.status.value} {dt:.1f}s :: {r.summary}", flush=True)
@@ -41,4 +46,5 @@ for prob_name, sol_name in todo:
         print("   diag", d[:400], flush=True)
     if line["kernel_errors"]:
         print("   errors", line["kernel_errors"], flush=True)
-    json.dump({**summary}, open(os.path.join(out_dir, "gpu_probes.json"), "w"), indent=1, default=str)
+    with open(os.path.join(out_dir, "gpu_probes.json"), "w") as f:
+        json.dump({**summary}, f, indent=1, default=str)

@@ -31,19 +31,19 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import torch  # noqa: E402
+import torch
 
-from benchmarks.gpu_timing_vs_do_bench import (  # noqa: E402
+from benchmarks.gpu_timing_vs_do_bench import (
     do_bench_median,
     import_solution,
 )
-from worker.catalogue import load_catalogue  # noqa: E402
-from worker.inputs import build_case  # noqa: E402
-from worker.numerics.dtypes import to_torch  # noqa: E402
-from worker.numerics.timing import GPU_TIMING, TimingSample, time_trusted  # noqa: E402
-from worker.reference import Reference  # noqa: E402
-from worker.sandbox import Sandbox, runner  # noqa: E402
-from worker.stages.benchmark import timing_workload, to_device  # noqa: E402
+from worker.catalogue import load_catalogue
+from worker.inputs import build_case
+from worker.numerics.dtypes import to_torch
+from worker.numerics.timing import GPU_TIMING, TimingSample, time_trusted
+from worker.reference import Reference
+from worker.sandbox import Sandbox, runner
+from worker.stages.benchmark import timing_workload, to_device
 
 SOLUTIONS = ("triton_bf16_partials", "triton")
 PROBLEM = "rmsnorm_backward"
@@ -71,8 +71,13 @@ def sandbox_time(solution: Any, args: list[Any], specs: list[dict[str, Any]], en
 
 
 def _row(label: str, s: TimingSample) -> dict[str, Any]:
-    return {"how": label, "device_ms": s.median_ms, "host_ms": s.host_median_ms, "launch_bound": s.launch_bound,
-            "device_ms_p10_p90": [statistics.quantiles(s.times_ms, n=10)[0], statistics.quantiles(s.times_ms, n=10)[-1]]}
+    return {
+        "how": label,
+        "device_ms": s.median_ms,
+        "host_ms": s.host_median_ms,
+        "launch_bound": s.launch_bound,
+        "device_ms_p10_p90": [statistics.quantiles(s.times_ms, n=10)[0], statistics.quantiles(s.times_ms, n=10)[-1]],
+    }
 
 
 def main() -> int:
@@ -94,9 +99,14 @@ def main() -> int:
         dropped = sorted(set(os.environ) - set(runner.scrubbed_env(home, "cuda")))
     print(f"variables the scrub drops (names only): {dropped}", flush=True)
     out: dict[str, Any] = {
-        "date": time.strftime("%Y-%m-%d"), "device": torch.cuda.get_device_name(0), "torch": torch.__version__,
-        "triton": __import__("triton").__version__, "cpu_count": os.cpu_count(), "workload": w.uuid,
-        "env_dropped_by_scrub": dropped, "rows": {},
+        "date": time.strftime("%Y-%m-%d"),
+        "device": torch.cuda.get_device_name(0),
+        "torch": torch.__version__,
+        "triton": __import__("triton").__version__,
+        "cpu_count": os.cpu_count(),
+        "workload": w.uuid,
+        "env_dropped_by_scrub": dropped,
+        "rows": {},
     }
     for name in SOLUTIONS:
         solution = problem.example_solution(name)
@@ -105,11 +115,13 @@ def main() -> int:
         with tempfile.TemporaryDirectory(prefix="kaudit-gap-") as tmp:
             fn = import_solution(solution, Path(tmp))
             for r in range(ns.rounds):
-                rows.append({"round": r, **_row("sandbox_scrubbed_env", sandbox_time(solution, args, specs, "scrubbed"))})
+                rows.append(
+                    {"round": r, **_row("sandbox_scrubbed_env", sandbox_time(solution, args, specs, "scrubbed"))}
+                )
                 rows.append({"round": r, **_row("sandbox_full_env", sandbox_time(solution, args, specs, "full"))})
                 dev_args = to_device(args, "cuda")
                 outs = [torch.empty(tuple(s["shape"]), dtype=to_torch(s["dtype"]), device="cuda") for s in specs]
-                call = lambda: fn(*dev_args, *outs)  # noqa: E731
+                call = lambda: fn(*dev_args, *outs)  # noqa: E731, B023 - timed in this iteration
                 call()
                 torch.cuda.synchronize()
                 rows.append({"round": r, **_row("parent", time_trusted(call, "cuda", GPU_TIMING))})
@@ -124,7 +136,10 @@ def main() -> int:
         for how in ("sandbox_scrubbed_env", "sandbox_full_env", "parent", "do_bench"):
             dev = [r["device_ms"] for r in rows if r["how"] == how]
             host = [r["host_ms"] for r in rows if r["how"] == how and r.get("host_ms") is not None]
-            print(f"  {how:22s} device {statistics.median(dev):.4f} ms" + (f", host {statistics.median(host):.4f} ms" if host else ""))
+            print(
+                f"  {how:22s} device {statistics.median(dev):.4f} ms"
+                + (f", host {statistics.median(host):.4f} ms" if host else "")
+            )
     ns.out.write_text(json.dumps(out, indent=1))
     return 0
 

@@ -11,12 +11,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import torch  # noqa: E402
+import torch
 
-from worker.catalogue import load_catalogue  # noqa: E402
-from worker.inputs import build_case  # noqa: E402
-from worker.reference import Reference  # noqa: E402
-from worker.sandbox import Sandbox  # noqa: E402
+from worker.catalogue import load_catalogue
+from worker.inputs import build_case
+from worker.reference import Reference
+from worker.sandbox import Sandbox
 
 
 def main() -> None:
@@ -35,7 +35,9 @@ def main() -> None:
         with Sandbox("cuda") as sb:
             sb.load(sol)
             for label, a in (("uniform", args), ("zipf1.1", zipf_args)):
-                rep = sb.request("call", {"args": a, "outputs": case.output_specs(p.definition), "poison": float("nan")})
+                rep = sb.request(
+                    "call", {"args": a, "outputs": case.output_specs(p.definition), "poison": float("nan")}
+                )
                 out = rep["outputs"][0].double()
                 exact = oracle(*a)[0]
                 err = (out - exact).norm() / exact.norm()

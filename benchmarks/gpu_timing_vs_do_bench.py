@@ -31,16 +31,16 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import torch  # noqa: E402
+import torch
 
-from worker.catalogue import Problem, load_catalogue  # noqa: E402
-from worker.formats import Solution  # noqa: E402
-from worker.inputs import build_case  # noqa: E402
-from worker.numerics.dtypes import to_torch  # noqa: E402
-from worker.numerics.timing import GPU_TIMING, TimingSample, time_trusted  # noqa: E402
-from worker.reference import Reference  # noqa: E402
-from worker.sandbox import Sandbox  # noqa: E402
-from worker.stages.benchmark import timing_workload, to_device  # noqa: E402
+from worker.catalogue import Problem, load_catalogue
+from worker.formats import Solution
+from worker.inputs import build_case
+from worker.numerics.dtypes import to_torch
+from worker.numerics.timing import GPU_TIMING, TimingSample, time_trusted
+from worker.reference import Reference
+from worker.sandbox import Sandbox
+from worker.stages.benchmark import timing_workload, to_device
 
 
 def import_solution(solution: Solution, folder: Path) -> Callable[..., Any]:
@@ -177,8 +177,14 @@ def main(argv: list[str] | None = None) -> int:
                     flush=True,
                 )
             except Exception as err:  # noqa: BLE001 - one bad solution must not stop the table
-                errors.append({"problem": problem.name, "solution": name, "error": f"{type(err).__name__}: {err}",
-                               "traceback": traceback.format_exc()[-3000:]})
+                errors.append(
+                    {
+                        "problem": problem.name,
+                        "solution": name,
+                        "error": f"{type(err).__name__}: {err}",
+                        "traceback": traceback.format_exc()[-3000:],
+                    }
+                )
                 print(f"[error] {problem.name}/{name}: {type(err).__name__}: {err}", file=sys.stderr, flush=True)
             finally:
                 torch.cuda.empty_cache()
@@ -186,8 +192,10 @@ def main(argv: list[str] | None = None) -> int:
     if rows:
         print(_table(rows))
         worst = max(abs(r["sandbox_vs_do_bench_pct"]) for r in rows)
-        print(f"\nworst |sandbox - do_bench| = {worst:.1f}% (target: within 5%); "
-              f"{sum(r['within_5pct'] for r in rows)}/{len(rows)} within 5%")
+        print(
+            f"\nworst |sandbox - do_bench| = {worst:.1f}% (target: within 5%); "
+            f"{sum(r['within_5pct'] for r in rows)}/{len(rows)} within 5%"
+        )
     else:
         print("no triton solutions were timed")
     payload = {

@@ -21,18 +21,21 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import torch  # noqa: E402
+import torch
 
-from worker.formats import Solution  # noqa: E402
-from worker.sandbox import Isolation, Sandbox, namespaces_available  # noqa: E402
-from worker.sandbox import isolation as isolation_mod  # noqa: E402
+from worker.formats import Solution
+from worker.sandbox import Isolation, Sandbox, namespaces_available
+from worker.sandbox import isolation as isolation_mod
 
 TARGET_S = 0.5
-SOLUTION = Solution.model_validate({
-    "name": "identity", "definition": "identity",
-    "spec": {"languages": ["pytorch"], "entry_point": "k.py::run", "destination_passing_style": False},
-    "sources": [{"path": "k.py", "content": "def run(x):\n    return x.clone()\n"}],
-})
+SOLUTION = Solution.model_validate(
+    {
+        "name": "identity",
+        "definition": "identity",
+        "spec": {"languages": ["pytorch"], "entry_point": "k.py::run", "destination_passing_style": False},
+        "sources": [{"path": "k.py", "content": "def run(x):\n    return x.clone()\n"}],
+    }
+)
 
 
 def one_audit_start(isolation: Isolation, device: str) -> tuple[float, float]:
@@ -62,8 +65,9 @@ def bare_spawn(isolation: Isolation, device: str) -> float:
                 bwrap = isolation_mod.bwrap_binary()
                 assert bwrap is not None
                 policy = isolation_mod.IsolationPolicy()
-                command = isolation_mod.bwrap_argv(bwrap, isolation_mod.sandbox_uid(policy), policy, spill_dir, w,
-                                                   device, command)
+                command = isolation_mod.bwrap_argv(
+                    bwrap, isolation_mod.sandbox_uid(policy), policy, spill_dir, w, device, command
+                )
             t0 = time.perf_counter()
             subprocess.run(command, check=True, pass_fds=(w,))
             return time.perf_counter() - t0
@@ -83,8 +87,10 @@ def main() -> None:
         ns.out.write_text("bubblewrap namespaces are not available on this host: nothing to compare\n")
         print(ns.out.read_text(), end="")
         return
-    bare = {iso: statistics.median(bare_spawn(iso, ns.device) for _ in range(ns.n))  # type: ignore[arg-type]
-            for iso in ("none", "namespaces")}
+    bare = {
+        iso: statistics.median(bare_spawn(iso, ns.device) for _ in range(ns.n))  # type: ignore[arg-type]
+        for iso in ("none", "namespaces")
+    }
     one_audit_start("none", ns.device)  # warm the page cache for both
     runs: dict[str, list[tuple[float, float]]] = {"namespaces": [], "none": []}
     for _ in range(ns.n):
@@ -103,8 +109,8 @@ def main() -> None:
         f"{bare['namespaces'] * 1e3:.1f} ms vs {bare['none'] * 1e3:.1f} ms",
         f"load average at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores (the start times above include "
         "it; the setup line does not depend on it much)",
-        "all trials (start, first reply) s: " + "; ".join(
-            f"{iso}: " + ", ".join(f"({s:.2f}, {f:.2f})" for s, f in r) for iso, r in runs.items()),
+        "all trials (start, first reply) s: "
+        + "; ".join(f"{iso}: " + ", ".join(f"({s:.2f}, {f:.2f})" for s, f in r) for iso, r in runs.items()),
     ]
     ns.out.parent.mkdir(parents=True, exist_ok=True)
     ns.out.write_text("\n".join(lines) + "\n")

@@ -35,7 +35,10 @@ PROBLEM = "embedding_backward"
 
 # ---------------------------------------------------------------- load generator (its own process)
 
-async def _one_connection(host: str, port: int, request: bytes, stop_at: float, latencies: list[float], codes: dict[int, int]) -> None:
+
+async def _one_connection(
+    host: str, port: int, request: bytes, stop_at: float, latencies: list[float], codes: dict[int, int]
+) -> None:
     reader, writer = await asyncio.open_connection(host, port)
     try:
         while time.perf_counter() < stop_at:
@@ -64,8 +67,12 @@ def _drive(host: str, port: int, requests: list[bytes], seconds: float, concurre
         codes: dict[int, int] = {}
         t0 = time.perf_counter()
         stop_at = t0 + seconds
-        await asyncio.gather(*[_one_connection(host, port, requests[i % len(requests)], stop_at, latencies, codes)
-                               for i in range(concurrency)])
+        await asyncio.gather(
+            *[
+                _one_connection(host, port, requests[i % len(requests)], stop_at, latencies, codes)
+                for i in range(concurrency)
+            ]
+        )
         return latencies, codes, time.perf_counter() - t0
 
     out.put(asyncio.run(main()))
@@ -82,9 +89,17 @@ def run_load(host: str, port: int, requests: list[bytes], seconds: float, concur
     def pct(x: float) -> float:
         return lat[min(len(lat) - 1, int(x * len(lat)))] * 1000
 
-    return {"requests": len(lat), "seconds": round(elapsed, 2), "req_per_s": round(len(lat) / elapsed, 1),
-            "p50_ms": round(pct(0.50), 1), "p95_ms": round(pct(0.95), 1), "p99_ms": round(pct(0.99), 1),
-            "max_ms": round(lat[-1] * 1000, 1), "mean_ms": round(statistics.fmean(lat) * 1000, 1), "status_codes": codes}
+    return {
+        "requests": len(lat),
+        "seconds": round(elapsed, 2),
+        "req_per_s": round(len(lat) / elapsed, 1),
+        "p50_ms": round(pct(0.50), 1),
+        "p95_ms": round(pct(0.95), 1),
+        "p99_ms": round(pct(0.99), 1),
+        "max_ms": round(lat[-1] * 1000, 1),
+        "mean_ms": round(statistics.fmean(lat) * 1000, 1),
+        "status_codes": codes,
+    }
 
 
 def http_request(method: str, path: str, headers: dict[str, str], body: bytes = b"") -> bytes:
@@ -95,6 +110,7 @@ def http_request(method: str, path: str, headers: dict[str, str], body: bytes = 
 
 
 # ---------------------------------------------------------------- set-up
+
 
 def seed(settings, n_submitters: int = 40) -> tuple[str, str]:  # type: ignore[no-untyped-def]
     """Migrate, load the catalogue, make keys, and store finished audits so the leaderboard has rows to rank."""
@@ -119,23 +135,64 @@ def seed(settings, n_submitters: int = 40) -> tuple[str, str]:  # type: ignore[n
         _, admin = create_api_key(s, "admin", ("submit", "admin"), "1000000/minute")
         phash = s.get(__import__("app.models", fromlist=["Problem"]).Problem, PROBLEM).content_hash
         for i in range(n_submitters * 3):
-            sub = Submission(id=uuid.uuid4().hex, problem_name=PROBLEM, api_key_id=key_row.id, submitter=f"user{i % n_submitters}",
-                             solution_name=f"kernel{i}", source=sol, source_hash=f"{i:064x}")
+            sub = Submission(
+                id=uuid.uuid4().hex,
+                problem_name=PROBLEM,
+                api_key_id=key_row.id,
+                submitter=f"user{i % n_submitters}",
+                solution_name=f"kernel{i}",
+                source=sol,
+                source_hash=f"{i:064x}",
+            )
             s.add(sub)
-            audit = repository.new_audit(s, sub, problem_hash=phash, attempt=1, reason="seed", stages=None, device="cpu", queue="seed")
+            audit = repository.new_audit(
+                s, sub, problem_hash=phash, attempt=1, reason="seed", stages=None, device="cpu", queue="seed"
+            )
             s.flush()
             passes, sound = rng.random() < 0.8, rng.random() < 0.6
-            audit.status, audit.verdict, audit.finished_at = ("passed", "pass", audit.created_at) if passes and sound else (
-                "failed", "fail", audit.created_at)
+            audit.status, audit.verdict, audit.finished_at = (
+                ("passed", "pass", audit.created_at) if passes and sound else ("failed", "fail", audit.created_at)
+            )
             s.commit()
-            repository.store_stage(s, audit.id, None, name="benchmark", position=2, status="passed" if passes else "failed",
-                                   summary="seeded", metrics={"kernel_median_ms": rng.uniform(0.05, 0.5), "reference_median_ms": 0.4},
-                                   evidence={}, duration_s=1.0, lease_s=1)
-            repository.store_stage(s, audit.id, None, name="probes", position=3, status="passed" if sound else "failed",
-                                   summary="seeded", metrics={}, evidence={}, duration_s=1.0, lease_s=1)
-            repository.store_stage(s, audit.id, None, name="verdict", position=5, status="passed",
-                                   summary="seeded", metrics={"passes_benchmark": passes, "numerically_sound": sound},
-                                   evidence={}, duration_s=0.0, lease_s=1)
+            repository.store_stage(
+                s,
+                audit.id,
+                None,
+                name="benchmark",
+                position=2,
+                status="passed" if passes else "failed",
+                summary="seeded",
+                metrics={"kernel_median_ms": rng.uniform(0.05, 0.5), "reference_median_ms": 0.4},
+                evidence={},
+                duration_s=1.0,
+                lease_s=1,
+            )
+            repository.store_stage(
+                s,
+                audit.id,
+                None,
+                name="probes",
+                position=3,
+                status="passed" if sound else "failed",
+                summary="seeded",
+                metrics={},
+                evidence={},
+                duration_s=1.0,
+                lease_s=1,
+            )
+            repository.store_stage(
+                s,
+                audit.id,
+                None,
+                name="verdict",
+                position=5,
+                status="passed",
+                summary="seeded",
+                metrics={"passes_benchmark": passes, "numerically_sound": sound},
+                evidence={},
+                duration_s=0.0,
+                lease_s=1,
+            )
             refresh_entry(s, audit.id)  # what the audit's finishing transaction does
             s.commit()
     engine.dispose()
@@ -167,9 +224,30 @@ def main() -> None:
         key, _admin = seed(settings)
         port = 18000 + os.getpid() % 1000
         env = settings_env(settings)
-        api = subprocess.Popen([sys.executable, "-m", "uvicorn", "--factory", "app.main:create_app", "--host", "127.0.0.1",
-                                "--port", str(port), "--workers", str(args.workers), "--no-access-log", "--log-level", "warning",
-                                "--loop", "uvloop", "--http", "httptools"], cwd=ROOT, env=env)
+        api = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "uvicorn",
+                "--factory",
+                "app.main:create_app",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--workers",
+                str(args.workers),
+                "--no-access-log",
+                "--log-level",
+                "warning",
+                "--loop",
+                "uvloop",
+                "--http",
+                "httptools",
+            ],
+            cwd=ROOT,
+            env=env,
+        )
         import httpx
 
         for _ in range(300):
@@ -179,14 +257,20 @@ def main() -> None:
             except httpx.HTTPError:
                 time.sleep(0.2)
         body = (ROOT / "kernels" / PROBLEM / "solutions" / "pytorch_fp32" / "solution.json").read_bytes()
-        post = [http_request("POST", "/v1/submissions", {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}, body)]
+        post = [
+            http_request(
+                "POST", "/v1/submissions", {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}, body
+            )
+        ]
         get = [http_request("GET", f"/v1/leaderboard/{PROBLEM}", {})]
         run_load("127.0.0.1", port, post, 2.0, args.concurrency)  # warm-up: pools, imports, caches
         run_load("127.0.0.1", port, get, 1.0, args.concurrency)
         runs: dict[str, list[dict[str, object]]] = {"POST /v1/submissions": [], f"GET /v1/leaderboard/{PROBLEM}": []}
         for _ in range(args.repeat):  # alternate, so a burst of load from elsewhere on the machine hits both
             runs["POST /v1/submissions"].append(run_load("127.0.0.1", port, post, args.seconds, args.concurrency))
-            runs[f"GET /v1/leaderboard/{PROBLEM}"].append(run_load("127.0.0.1", port, get, args.seconds, args.concurrency))
+            runs[f"GET /v1/leaderboard/{PROBLEM}"].append(
+                run_load("127.0.0.1", port, get, args.seconds, args.concurrency)
+            )
         # the median run by throughput is the result; every run is listed
         results = {k: sorted(v, key=lambda r: r["req_per_s"])[len(v) // 2] for k, v in runs.items()}  # type: ignore[arg-type, return-value]
         lb = httpx.get(f"http://127.0.0.1:{port}/v1/leaderboard/{PROBLEM}").json()
@@ -206,7 +290,14 @@ def main() -> None:
         "GET leaderboard >= 1000 req/s": get_r["req_per_s"] >= 1000,  # type: ignore[operator]
         "GET leaderboard p99 <= 50 ms": get_r["p99_ms"] <= 50,  # type: ignore[operator]
     }
-    cpu = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines() if ln.startswith("model name")), "?")
+    cpu = next(
+        (
+            ln.split(":", 1)[1].strip()
+            for ln in Path("/proc/cpuinfo").read_text().splitlines()
+            if ln.startswith("model name")
+        ),
+        "?",
+    )
     lines = [
         f"kernel-audit API load benchmark, {datetime.now(UTC).isoformat(timespec='seconds')}",
         f"machine: {platform.node()} {platform.machine()}, {os.cpu_count()} CPUs ({cpu}), load average before: {os.getloadavg()}",
@@ -219,11 +310,15 @@ def main() -> None:
     ]
     for name, rs in runs.items():
         for i, r in enumerate(rs, start=1):
-            lines.append(f"  run {i} {name}: {r['req_per_s']} req/s, p50 {r['p50_ms']} ms, p99 {r['p99_ms']} ms, {r['status_codes']}")
+            lines.append(
+                f"  run {i} {name}: {r['req_per_s']} req/s, p50 {r['p50_ms']} ms, p99 {r['p99_ms']} ms, {r['status_codes']}"
+            )
     lines.append("median run:")
     for name, r in results.items():
-        lines.append(f"{name}: {r['req_per_s']} req/s, p50 {r['p50_ms']} ms, p95 {r['p95_ms']} ms, p99 {r['p99_ms']} ms, "
-                     f"max {r['max_ms']} ms, {r['requests']} requests, status codes {r['status_codes']}")
+        lines.append(
+            f"{name}: {r['req_per_s']} req/s, p50 {r['p50_ms']} ms, p95 {r['p95_ms']} ms, p99 {r['p99_ms']} ms, "
+            f"max {r['max_ms']} ms, {r['requests']} requests, status codes {r['status_codes']}"
+        )
     lines += ["", *(f"{'PASS' if ok else 'MISS'}  {k}" for k, ok in verdict.items())]
     text = "\n".join(lines) + "\n"
     print(text)

@@ -42,8 +42,12 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 SCENARIOS = ("alone", "audits", "audits_nolock", "hostile", "mixed")
-NEIGHBOUR_EXAMPLES = ("embedding_backward/pytorch_fp32", "rmsnorm_backward/triton", "cross_entropy/triton",
-                      "embedding_rmsnorm_backward/triton_fp32")
+NEIGHBOUR_EXAMPLES = (
+    "embedding_backward/pytorch_fp32",
+    "rmsnorm_backward/triton",
+    "cross_entropy/triton",
+    "embedding_rmsnorm_backward/triton_fp32",
+)
 ALL_STAGES = ("intake", "static", "benchmark", "probes", "canary")
 MEASURED_STAGES = ("intake", "benchmark")
 READY_TIMEOUT_S = 600.0
@@ -55,8 +59,11 @@ def require_gpu(device: str) -> str:
     import torch
 
     if not device.startswith("cuda") or not torch.cuda.is_available():
-        print(f"noisy_neighbour.py needs a CUDA GPU (device {device!r}, torch.cuda.is_available() = "
-              f"{torch.cuda.is_available()}); nothing was measured", file=sys.stderr)
+        print(
+            f"noisy_neighbour.py needs a CUDA GPU (device {device!r}, torch.cuda.is_available() = "
+            f"{torch.cuda.is_available()}); nothing was measured",
+            file=sys.stderr,
+        )
         raise SystemExit(2)
     return str(torch.cuda.get_device_name(torch.device(device)))
 
@@ -69,17 +76,39 @@ def measure(kernel: str, device: str, seed: int) -> dict[str, Any]:
     problem_name, solution_name = kernel.split("/")
     problem = load_catalogue().get(problem_name)
     t0 = time.perf_counter()
-    report = run_audit(problem, problem.example_solution(solution_name), device=device, stages=MEASURED_STAGES, seed=seed)
+    report = run_audit(
+        problem, problem.example_solution(solution_name), device=device, stages=MEASURED_STAGES, seed=seed
+    )
     bench = {s.name: s for s in report.stages}["benchmark"]
     timing = bench.metrics.get("timing") or {}
-    keys = ("speedup", "speedup_ci", "speedup_ci_rel_width", "kernel_median_ms", "reference_median_ms", "retimed",
-            "first_speedup_ci", "reps", "blocks", "exclusive", "lock_wait_s", "clocks_locked", "clocks_note",
-            "bandwidth_floor_ms", "hardware")
-    return {"status": str(bench.status), "summary": bench.summary[:400], "wall_s": round(time.perf_counter() - t0, 2),
-            **{k: timing.get(k) for k in keys}}
+    keys = (
+        "speedup",
+        "speedup_ci",
+        "speedup_ci_rel_width",
+        "kernel_median_ms",
+        "reference_median_ms",
+        "retimed",
+        "first_speedup_ci",
+        "reps",
+        "blocks",
+        "exclusive",
+        "lock_wait_s",
+        "clocks_locked",
+        "clocks_note",
+        "bandwidth_floor_ms",
+        "hardware",
+    )
+    return {
+        "status": str(bench.status),
+        "summary": bench.summary[:400],
+        "wall_s": round(time.perf_counter() - t0, 2),
+        **{k: timing.get(k) for k in keys},
+    }
 
 
-def neighbour(examples: list[str], device: str, seed: int, ready: Event, stop: Event, finished: Any, completed: Any) -> None:
+def neighbour(
+    examples: list[str], device: str, seed: int, ready: Event, stop: Event, finished: Any, completed: Any
+) -> None:
     """Full audits of honest kernels, one after another, until told to stop."""
     import torch
 
@@ -95,8 +124,9 @@ def neighbour(examples: list[str], device: str, seed: int, ready: Event, stop: E
         problem = catalogue.get(problem_name)
         complete = False
         try:
-            report = run_audit(problem, problem.example_solution(solution_name), device=device, stages=ALL_STAGES,
-                               seed=seed + i)
+            report = run_audit(
+                problem, problem.example_solution(solution_name), device=device, stages=ALL_STAGES, seed=seed + i
+            )
             errors = [f"{s.name}: {s.summary[:200]}" for s in report.stages if str(s.status) == "error"]
             complete = not errors
             if errors:  # an audit with a stage in error did less work than a real one: not counted as throughput
@@ -146,15 +176,24 @@ class Background:
         if honest > 0:
             for k in range(honest):
                 ready = SPAWN.Event()
-                examples = list(NEIGHBOUR_EXAMPLES[k % len(NEIGHBOUR_EXAMPLES):]) + list(NEIGHBOUR_EXAMPLES)
-                self.procs.append(SPAWN.Process(target=neighbour, args=(examples, args.device, 1000 * (k + 1), ready,
-                                                                         self.stop, self.finished, self.completed),
-                                          daemon=True))
+                examples = list(NEIGHBOUR_EXAMPLES[k % len(NEIGHBOUR_EXAMPLES) :]) + list(NEIGHBOUR_EXAMPLES)
+                self.procs.append(
+                    SPAWN.Process(
+                        target=neighbour,
+                        args=(examples, args.device, 1000 * (k + 1), ready, self.stop, self.finished, self.completed),
+                        daemon=True,
+                    )
+                )
                 self.readies.append(ready)
         if scenario in ("hostile", "mixed"):
             ready = SPAWN.Event()
-            self.procs.append(SPAWN.Process(target=hog, args=(args.device, args.matmul, args.burst_ms, args.gap_ms, ready,
-                                                             self.stop, self.busy_s), daemon=True))
+            self.procs.append(
+                SPAWN.Process(
+                    target=hog,
+                    args=(args.device, args.matmul, args.burst_ms, args.gap_ms, ready, self.stop, self.busy_s),
+                    daemon=True,
+                )
+            )
             self.readies.append(ready)
 
     def __enter__(self) -> Background:
@@ -183,7 +222,9 @@ def _moved(value: float | None, alone: float | None) -> float | None:
     return value / alone - 1 if value is not None and alone else None
 
 
-def summarise(scenario: str, runs: list[dict[str, Any]], alone: dict[str, Any] | None, extra: dict[str, Any]) -> dict[str, Any]:
+def summarise(
+    scenario: str, runs: list[dict[str, Any]], alone: dict[str, Any] | None, extra: dict[str, Any]
+) -> dict[str, Any]:
     ok = [r for r in runs if r.get("speedup") is not None]
     speedups = [r["speedup"] for r in ok]
     kernel = [r["kernel_median_ms"] for r in ok if r.get("kernel_median_ms") is not None]
@@ -193,9 +234,13 @@ def summarise(scenario: str, runs: list[dict[str, Any]], alone: dict[str, Any] |
     lo_s, med_s, hi_s = _q(speedups)
     lo_k, med_k, hi_k = _q(kernel)
     return {
-        "scenario": scenario, "runs": len(runs), "passed": sum(r["status"] == "passed" for r in runs),
-        "speedup_median": med_s, "speedup_spread": (hi_s / lo_s - 1) if lo_s else None,
-        "kernel_ms_median": med_k, "kernel_ms_spread": (hi_k / lo_k - 1) if lo_k else None,
+        "scenario": scenario,
+        "runs": len(runs),
+        "passed": sum(r["status"] == "passed" for r in runs),
+        "speedup_median": med_s,
+        "speedup_spread": (hi_s / lo_s - 1) if lo_s else None,
+        "kernel_ms_median": med_k,
+        "kernel_ms_spread": (hi_k / lo_k - 1) if lo_k else None,
         "speedup_vs_alone": _moved(med_s, alone_speedup),
         "kernel_ms_vs_alone": _moved(med_k, alone["kernel_ms_median"] if alone else None),
         "ci_rel_width_median": statistics.median(widths) if widths else None,
@@ -208,13 +253,26 @@ def summarise(scenario: str, runs: list[dict[str, Any]], alone: dict[str, Any] |
     }
 
 
-COLUMNS = (("scenario", "{}"), ("runs", "{}"), ("passed", "{}"), ("speedup_median", "{:.3f}"),
-           ("speedup_spread", "{:.1%}"), ("kernel_ms_median", "{:.4f}"), ("kernel_ms_spread", "{:.1%}"),
-           ("speedup_vs_alone", "{:+.1%}"), ("kernel_ms_vs_alone", "{:+.1%}"),
-           ("ci_rel_width_median", "{:.1%}"), ("ci_covers_alone", "{}"), ("retimed", "{}"),
-           ("lock_wait_s_median", "{:.2f}"), ("exclusive", "{}"), ("neighbour_audits", "{}"), ("neighbour_audits_errored", "{}"),
-           ("neighbour_audits_per_hour", "{:.0f}"),
-           ("hog_busy_share", "{:.0%}"))
+COLUMNS = (
+    ("scenario", "{}"),
+    ("runs", "{}"),
+    ("passed", "{}"),
+    ("speedup_median", "{:.3f}"),
+    ("speedup_spread", "{:.1%}"),
+    ("kernel_ms_median", "{:.4f}"),
+    ("kernel_ms_spread", "{:.1%}"),
+    ("speedup_vs_alone", "{:+.1%}"),
+    ("kernel_ms_vs_alone", "{:+.1%}"),
+    ("ci_rel_width_median", "{:.1%}"),
+    ("ci_covers_alone", "{}"),
+    ("retimed", "{}"),
+    ("lock_wait_s_median", "{:.2f}"),
+    ("exclusive", "{}"),
+    ("neighbour_audits", "{}"),
+    ("neighbour_audits_errored", "{}"),
+    ("neighbour_audits_per_hour", "{:.0f}"),
+    ("hog_busy_share", "{:.0%}"),
+)
 
 
 def table(rows: list[dict[str, Any]]) -> str:
@@ -254,12 +312,24 @@ def main() -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     import torch
 
-    meta = {"started": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), "gpu": gpu, "torch": torch.__version__,
-            "kernel": args.kernel, "n": args.n, "repeats": args.repeats, "matmul": args.matmul,
-            "burst_ms": args.burst_ms, "gap_ms": args.gap_ms, "lock_clocks_asked": args.lock_clocks,
-            "host_cpus": os.cpu_count(), "seed": args.seed}
+    meta = {
+        "started": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "gpu": gpu,
+        "torch": torch.__version__,
+        "kernel": args.kernel,
+        "n": args.n,
+        "repeats": args.repeats,
+        "matmul": args.matmul,
+        "burst_ms": args.burst_ms,
+        "gap_ms": args.gap_ms,
+        "lock_clocks_asked": args.lock_clocks,
+        "host_cpus": os.cpu_count(),
+        "seed": args.seed,
+    }
     print(f"noisy neighbour on {gpu}: {args.kernel}, {args.repeats} repeats, N = {args.n}", flush=True)
-    warm = measure(args.kernel, args.device, args.seed - 1)  # imports, Triton's compile, first CUDA kernels: not counted
+    warm = measure(
+        args.kernel, args.device, args.seed - 1
+    )  # imports, Triton's compile, first CUDA kernels: not counted
     print(f"warm-up: {warm['status']} in {warm['wall_s']} s", flush=True)
     runs: dict[str, list[dict[str, Any]]] = {}
     summaries: list[dict[str, Any]] = []
@@ -273,15 +343,20 @@ def main() -> int:
             for r in range(args.repeats):
                 row = measure(args.kernel, args.device, args.seed + r)
                 runs[scenario].append(row)
-                print(f"  {scenario} #{r + 1}: {row['status']} speedup {row.get('speedup')} ci {row.get('speedup_ci')} "
-                      f"kernel {row.get('kernel_median_ms')} ms, lock wait {row.get('lock_wait_s')} s", flush=True)
+                print(
+                    f"  {scenario} #{r + 1}: {row['status']} speedup {row.get('speedup')} ci {row.get('speedup_ci')} "
+                    f"kernel {row.get('kernel_median_ms')} ms, lock wait {row.get('lock_wait_s')} s",
+                    flush=True,
+                )
             elapsed = time.perf_counter() - t0
             done = bg.completed.value - before_complete
             neighbours = scenario.startswith("audits") or scenario == "mixed"
-            extra = {"neighbour_audits": done if neighbours else None,
-                     "neighbour_audits_errored": bg.finished.value - before - done if neighbours else None,
-                     "neighbour_audits_per_hour": done / elapsed * 3600 if neighbours else None,
-                     "hog_busy_share": bg.busy_s.value / elapsed if scenario in ("hostile", "mixed") else None}
+            extra = {
+                "neighbour_audits": done if neighbours else None,
+                "neighbour_audits_errored": bg.finished.value - before - done if neighbours else None,
+                "neighbour_audits_per_hour": done / elapsed * 3600 if neighbours else None,
+                "hog_busy_share": bg.busy_s.value / elapsed if scenario in ("hostile", "mixed") else None,
+            }
         summary = summarise(scenario, runs[scenario], alone, extra)
         if scenario == "alone":
             alone = summary
@@ -294,10 +369,12 @@ def main() -> int:
 
 def write(out: Path, meta: dict[str, Any], summaries: list[dict[str, Any]], runs: dict[str, Any], warm: Any) -> None:
     meta = {**meta, "ended": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")}
-    (out / "noisy_neighbour.json").write_text(json.dumps({"meta": meta, "summary": summaries, "runs": runs,
-                                                          "warmup": warm}, indent=1, default=str))
+    (out / "noisy_neighbour.json").write_text(
+        json.dumps({"meta": meta, "summary": summaries, "runs": runs, "warmup": warm}, indent=1, default=str)
+    )
     (out / "noisy_neighbour.md").write_text(
-        f"# noisy neighbour: {meta['kernel']} on {meta['gpu']}\n\n{json.dumps(meta)}\n\n{table(summaries)}\n")
+        f"# noisy neighbour: {meta['kernel']} on {meta['gpu']}\n\n{json.dumps(meta)}\n\n{table(summaries)}\n"
+    )
 
 
 if __name__ == "__main__":

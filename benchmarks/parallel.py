@@ -33,8 +33,12 @@ def run_jobs(
     """
     done, stopped = 0, False
     workers = max(1, min(workers, len(jobs)))
-    pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
-                               initializer=_init_worker, initargs=(initializer, initargs))
+    pool = ProcessPoolExecutor(
+        max_workers=workers,
+        mp_context=multiprocessing.get_context("spawn"),
+        initializer=_init_worker,
+        initargs=(initializer, initargs),
+    )
     with multiprocessing.get_context("spawn").Manager() as manager:
         barrier = manager.Barrier(workers)  # one ready job per process: each waits until all are set up
         for ready in [pool.submit(_ready, barrier) for _ in range(workers)]:

@@ -28,8 +28,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from worker.catalogue import load_catalogue  # noqa: E402
-from worker.engine import parse_stages, run_audit  # noqa: E402
+from worker.catalogue import load_catalogue
+from worker.engine import parse_stages, run_audit
 
 
 def profile_one(key: str, device: str, stages: tuple[str, ...], out: Path, top: int) -> dict[str, Any]:
@@ -47,8 +47,10 @@ def profile_one(key: str, device: str, stages: tuple[str, ...], out: Path, top: 
         text.write(f"===== sorted by {order} =====\n")
         pstats.Stats(prof, stream=text).strip_dirs().sort_stats(order).print_stats(top)
     (out / f"{problem_name}__{sname}.txt").write_text(text.getvalue())
-    stages_out = {s.name: {"status": s.status.value, "duration_s": s.duration_s,
-                           "timings": (s.metrics or {}).get("timings")} for s in report.stages}
+    stages_out = {
+        s.name: {"status": s.status.value, "duration_s": s.duration_s, "timings": (s.metrics or {}).get("timings")}
+        for s in report.stages
+    }
     return {"example": key, "verdict": report.verdict.value, "wall_s": round(wall, 2), "stages": stages_out}
 
 
@@ -85,8 +87,11 @@ def startup(device: str, key: str) -> dict[str, Any]:
             sb.request("hello", {"device": device})
             hello = time.perf_counter() - t
             sb.close()
-            res[f"sandbox_{iso}_{rep}"] = {"start_s": round(started, 3), "load_s": round(loaded, 3),
-                                           "hello_round_trip_ms": round(hello * 1e3, 2)}
+            res[f"sandbox_{iso}_{rep}"] = {
+                "start_s": round(started, 3),
+                "load_s": round(loaded, 3),
+                "hello_round_trip_ms": round(hello * 1e3, 2),
+            }
     return res
 
 
@@ -108,7 +113,8 @@ def main() -> int:
     result: dict[str, Any] = {
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "device": torch.cuda.get_device_name(0) if args.device.startswith("cuda") else f"cpu ({os.cpu_count()} cores)",
-        "torch": torch.__version__, "audits": [],
+        "torch": torch.__version__,
+        "audits": [],
     }
     stages = parse_stages(args.stages)
     examples = [e.strip() for e in args.examples.split(",") if e.strip()]

@@ -34,11 +34,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.audit_examples import audit_row, device_name  # noqa: E402
-from benchmarks.expectations import runs_on  # noqa: E402
-from benchmarks.parallel import run_jobs  # noqa: E402
-from worker.catalogue import load_catalogue  # noqa: E402
-from worker.engine import parse_stages  # noqa: E402
+from benchmarks.audit_examples import audit_row, device_name
+from benchmarks.expectations import runs_on
+from benchmarks.parallel import run_jobs
+from worker.catalogue import load_catalogue
+from worker.engine import parse_stages
 
 GIB = 2**30
 
@@ -50,8 +50,13 @@ _WARM: dict[str, Any] = {}
 WARMUP_STAGES = ("intake", "static", "benchmark")  # enough for the engine's lazy imports, cheap with N warming at once
 
 
-def warm_worker(device: str, warmup: tuple[str, str] | None, warm_child: bool | None = None,
-                stages: tuple[str, ...] = WARMUP_STAGES, warm_parent: bool = True) -> None:
+def warm_worker(
+    device: str,
+    warmup: tuple[str, str] | None,
+    warm_child: bool | None = None,
+    stages: tuple[str, ...] = WARMUP_STAGES,
+    warm_parent: bool = True,
+) -> None:
     """What a long-lived audit worker has done before its next audit: the engine imported, the catalogue loaded,
     the device initialised, a spare sandbox child started (worker.sandbox.pool) and, with `warmup`, one audit
     run already (lazy imports, the text's tokenizer, the first CUDA kernels). Runs once per spawned process."""
@@ -69,7 +74,9 @@ def warm_worker(device: str, warmup: tuple[str, str] | None, warm_child: bool | 
     if warmup is not None:
         row = audit_row(warmup[0], warmup[1], device, stages, pool=pool)
         _WARM["warmup"] = {"example": "/".join(warmup), "wall_s": row["wall_s"], "verdict": row["verdict"]}
-    if warm_parent and device.startswith("cuda"):  # as the Celery worker's process does at its start (app/jobs/resources.py)
+    if warm_parent and device.startswith(
+        "cuda"
+    ):  # as the Celery worker's process does at its start (app/jobs/resources.py)
         from worker.canary.parent_warm import warm_parent as warm_canary
 
         _WARM["parent_warm_s"] = warm_canary(torch.device(device), load_catalogue())
@@ -85,7 +92,9 @@ def audit_seed(seed_base: int | None, problem: str, solution: str) -> int | None
     return int.from_bytes(digest[:8], "big") >> 2
 
 
-def timed_audit(problem: str, solution: str, device: str, stages: tuple[str, ...], seed: int | None = None) -> dict[str, Any]:
+def timed_audit(
+    problem: str, solution: str, device: str, stages: tuple[str, ...], seed: int | None = None
+) -> dict[str, Any]:
     """One audit in this (spawned) process: audit_examples.audit_row plus stage times and memory."""
     import torch
 
@@ -118,11 +127,15 @@ def timed_audit(problem: str, solution: str, device: str, stages: tuple[str, ...
     canary = next((s for s in row["stages"] if s["name"] == "canary"), None)
     if canary is not None and canary.get("metrics", {}).get("timings"):
         m = canary["metrics"]
-        out["canary"] = {k: m.get(k) for k in ("timings", "runs", "loss_gap", "loss_threshold", "noise_band", "fidelity_worst_ratio")}
+        out["canary"] = {
+            k: m.get(k) for k in ("timings", "runs", "loss_gap", "loss_threshold", "noise_band", "fidelity_worst_ratio")
+        }
     probes = next((s for s in row["stages"] if s["name"] == "probes"), None)
     if probes is not None and probes.get("metrics", {}).get("timings"):
-        out["probes"] = {"timings": probes["metrics"]["timings"],
-                         "per_probe": {k: v.get("timings") for k, v in probes["metrics"].get("probes", {}).items()}}
+        out["probes"] = {
+            "timings": probes["metrics"]["timings"],
+            "per_probe": {k: v.get("timings") for k, v in probes["metrics"].get("probes", {}).items()},
+        }
     out["wall_without_canary_s"] = round(row["wall_s"] - (out["stage_s"].get("canary") or 0.0), 2)
     out["pid"] = os.getpid()
     out["warm_worker"] = {k: v for k, v in _WARM.items() if k != "pool"} if pool is not None else None
@@ -133,7 +146,8 @@ def timed_audit(problem: str, solution: str, device: str, stages: tuple[str, ...
             "peak_allocated_gib": round(torch.cuda.max_memory_allocated() / GIB, 3),
             "peak_reserved_gib": round(torch.cuda.max_memory_reserved() / GIB, 3),
             "reserved_after_gib": round(torch.cuda.memory_reserved() / GIB, 3),
-            "free_before_gib": round(free_before / GIB, 2), "free_after_gib": round(free_after / GIB, 2),
+            "free_before_gib": round(free_before / GIB, 2),
+            "free_after_gib": round(free_after / GIB, 2),
             "total_gib": round(total / GIB, 2),
         }
     return out
@@ -190,8 +204,11 @@ def machine(device: str) -> str:
     if device.startswith("cuda"):
         return device_name(device)
     cpuinfo = Path("/proc/cpuinfo")
-    names = [ln.split(":", 1)[1].strip() for ln in cpuinfo.read_text().splitlines()
-             if ln.startswith("model name")] if cpuinfo.exists() else []
+    names = (
+        [ln.split(":", 1)[1].strip() for ln in cpuinfo.read_text().splitlines() if ln.startswith("model name")]
+        if cpuinfo.exists()
+        else []
+    )
     return f"{names[0]} ({os.cpu_count()} cores)" if names else device_name(device)
 
 
@@ -206,7 +223,9 @@ def select(only: str, device: str) -> list[tuple[str, str]]:
     return todo
 
 
-def summarise(n: int, rows: list[dict[str, Any]], wall_s: float, planned: int, watch: FreeMemoryWatch | None) -> dict[str, Any]:
+def summarise(
+    n: int, rows: list[dict[str, Any]], wall_s: float, planned: int, watch: FreeMemoryWatch | None
+) -> dict[str, Any]:
     stages: dict[str, list[float]] = {}
     for r in rows:
         for name, secs in r["stage_s"].items():
@@ -217,13 +236,19 @@ def summarise(n: int, rows: list[dict[str, Any]], wall_s: float, planned: int, w
     # as a service's warm worker process would not pay it per batch
     span = max(r["ended"] for r in rows) - min(r["started"] for r in rows) if rows else 0.0
     s: dict[str, Any] = {
-        "n": n, "planned": planned, "finished": len(rows), "batch_wall_s": round(wall_s, 1), "audits_span_s": round(span, 1),
+        "n": n,
+        "planned": planned,
+        "finished": len(rows),
+        "batch_wall_s": round(wall_s, 1),
+        "audits_span_s": round(span, 1),
         "audits_per_hour": round(len(rows) / span * 3600, 1) if span > 0 else None,
         "audit_wall_s": {"mean": round(statistics.mean(walls), 2), "max": round(max(walls), 2)} if walls else None,
         "audit_wall_without_canary_s_max": max((r["wall_without_canary_s"] for r in rows), default=None),
         "stage_s": {k: {"mean": round(statistics.mean(v), 2), "max": round(max(v), 2)} for k, v in stages.items()},
         "all_match": all(r["matches_expectation"] for r in rows),
-        "mismatches": [f"{r['problem']}/{r['solution']}: {'; '.join(r['mismatches'])}" for r in rows if r["mismatches"]],
+        "mismatches": [
+            f"{r['problem']}/{r['solution']}: {'; '.join(r['mismatches'])}" for r in rows if r["mismatches"]
+        ],
     }
     peaks = [r["gpu"]["peak_allocated_gib"] for r in rows if "gpu" in r]
     if peaks:
@@ -239,27 +264,38 @@ def summarise(n: int, rows: list[dict[str, Any]], wall_s: float, planned: int, w
 def markdown(meta: dict[str, Any], batches: list[dict[str, Any]]) -> str:
     unit = "GPU-hour" if meta["device_kind"] == "cuda" else "machine-hour"
     lines = [
-        f"# Time to verdict, {meta['device']} ({meta['date']})", "",
+        f"# Time to verdict, {meta['device']} ({meta['date']})",
+        "",
         f"torch {meta['torch']}; stages {', '.join(meta['stages'])}; load average before {meta['load_before']}, "
-        f"after {meta.get('load_after')}.", "",
+        f"after {meta.get('load_after')}.",
+        "",
     ]
     cores = meta.get("cores") or os.cpu_count() or 1
     # the audits themselves load the machine (parent and child at once), so only the load before them tells of others
     if meta["load_before"][0] > cores / 2:
-        lines += [f"**The machine was shared when this started** (load average {meta['load_before'][0]} on {cores} cores): "
-                  "wall times may be inflated by other work.", ""]
+        lines += [
+            f"**The machine was shared when this started** (load average {meta['load_before'][0]} on {cores} cores): "
+            "wall times may be inflated by other work.",
+            "",
+        ]
     if meta.get("note"):
         lines += [f"Note: {meta['note']}.", ""]
     for b in batches:
         s = b["summary"]
-        lines += [f"## N = {s['n']} at once: {s['finished']} of {s['planned']} audits in {s['audits_span_s']} s "
-                  f"({s['batch_wall_s']} s with the pool's process start), "
-                  f"{s['audits_per_hour']} audits per {unit}; every verdict as expected: {s['all_match']}", ""]
+        lines += [
+            f"## N = {s['n']} at once: {s['finished']} of {s['planned']} audits in {s['audits_span_s']} s "
+            f"({s['batch_wall_s']} s with the pool's process start), "
+            f"{s['audits_per_hour']} audits per {unit}; every verdict as expected: {s['all_match']}",
+            "",
+        ]
         if "gpu_peak_allocated_gib_max" in s:
-            lines += [f"Peak torch allocation in one audit process: {s['gpu_peak_allocated_gib_max']} GiB (reserved by its "
-                      f"caching allocator: {s.get('gpu_peak_reserved_gib_max')} GiB); device memory "
-                      f"in use at most {s.get('gpu_most_used_gib')} GiB (all processes). Trusted fp64 work moved to the "
-                      f"CPU for lack of GPU memory: {s['cpu_fallbacks']} times.", ""]
+            lines += [
+                f"Peak torch allocation in one audit process: {s['gpu_peak_allocated_gib_max']} GiB (reserved by its "
+                f"caching allocator: {s.get('gpu_peak_reserved_gib_max')} GiB); device memory "
+                f"in use at most {s.get('gpu_most_used_gib')} GiB (all processes). Trusted fp64 work moved to the "
+                f"CPU for lack of GPU memory: {s['cpu_fallbacks']} times.",
+                "",
+            ]
         names = [n for n in meta["stages"] if any(n in r["stage_s"] for r in b["rows"])]
         lines.append("| example | verdict | as expected | wall s | " + " | ".join(f"{n} s" for n in names) + " |")
         lines.append("|---|---|---|---|" + "---|" * len(names))
@@ -270,13 +306,19 @@ def markdown(meta: dict[str, Any], batches: list[dict[str, Any]]) -> str:
             if "canary" in names and ((r.get("canary") or {}).get("timings") or {}).get("parent_read_from_cache"):
                 i = names.index("canary")
                 cells[i] += ", parent's runs read from its cache"
-            lines.append(f"| {r['problem']}/{r['solution']} | {r['verdict']} | {r['matches_expectation']} | {r['wall_s']:.1f} | "
-                         + " | ".join(cells) + " |")
+            lines.append(
+                f"| {r['problem']}/{r['solution']} | {r['verdict']} | {r['matches_expectation']} | {r['wall_s']:.1f} | "
+                + " | ".join(cells)
+                + " |"
+            )
         lines.append("")
         for m in s["mismatches"]:
             lines.append(f"- MISMATCH {m}")
         means = ", ".join(f"{k} {v['mean']} s (max {v['max']})" for k, v in s["stage_s"].items())
-        lines += [f"Stage means: {means}. Longest audit without its canary stage: {s['audit_wall_without_canary_s_max']} s.", ""]
+        lines += [
+            f"Stage means: {means}. Longest audit without its canary stage: {s['audit_wall_without_canary_s_max']} s.",
+            "",
+        ]
     return "\n".join(lines)
 
 
@@ -284,27 +326,55 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--n", default="1,4,8", help="comma-separated numbers of audits run at once")
-    ap.add_argument("--only", default="", help="comma-separated fnmatch patterns on problem/solution (default: every example)")
+    ap.add_argument(
+        "--only", default="", help="comma-separated fnmatch patterns on problem/solution (default: every example)"
+    )
     ap.add_argument("--stages", default="intake,static,benchmark,probes,canary")
-    ap.add_argument("--budget-s", type=float, default=float("inf"), help="time budget for each N's batch, from when its worker processes are set up")
-    ap.add_argument("--cold", action="store_true",
-                    help="no warm worker: no spare sandbox child and no warm-up audit (each process's first audit pays "
-                         "its imports and its child's start)")
-    ap.add_argument("--cold-child", action="store_true",
-                    help="spare children are not warmed up (worker.canary.warm; by default they are on a GPU)")
-    ap.add_argument("--cold-text", action="store_true",
-                    help="do not build the text cache first (`kaudit warm-cache`, worker.text.warm): the first audit at "
-                         "each real-text vocabulary size then tokenises the corpus on its clock")
-    ap.add_argument("--cold-parent", action="store_true",
-                    help="on a GPU, the worker process does not warm its side of the canary up first "
-                         "(worker.canary.parent_warm, as a Celery GPU worker does at its start)")
-    ap.add_argument("--warmup-stages", default=",".join(WARMUP_STAGES),
-                    help="stages of the warm-up audit (add canary for a worker whose own process has trained before)")
-    ap.add_argument("--warmup", default="", help="PROBLEM/SOLUTION each warm worker audits first (default: the first selected)")
-    ap.add_argument("--seed-base", type=int, default=None,
-                    help="fixed audit seeds derived from this and each example (default: random); with --n 1,8 the "
-                         "second batch repeats the first's canary seeds, so its parent runs come from the worker's cache "
-                         "(worker.canary.parent_cache, KAUDIT_CACHE_DIR shared by the batches)")
+    ap.add_argument(
+        "--budget-s",
+        type=float,
+        default=float("inf"),
+        help="time budget for each N's batch, from when its worker processes are set up",
+    )
+    ap.add_argument(
+        "--cold",
+        action="store_true",
+        help="no warm worker: no spare sandbox child and no warm-up audit (each process's first audit pays "
+        "its imports and its child's start)",
+    )
+    ap.add_argument(
+        "--cold-child",
+        action="store_true",
+        help="spare children are not warmed up (worker.canary.warm; by default they are on a GPU)",
+    )
+    ap.add_argument(
+        "--cold-text",
+        action="store_true",
+        help="do not build the text cache first (`kaudit warm-cache`, worker.text.warm): the first audit at "
+        "each real-text vocabulary size then tokenises the corpus on its clock",
+    )
+    ap.add_argument(
+        "--cold-parent",
+        action="store_true",
+        help="on a GPU, the worker process does not warm its side of the canary up first "
+        "(worker.canary.parent_warm, as a Celery GPU worker does at its start)",
+    )
+    ap.add_argument(
+        "--warmup-stages",
+        default=",".join(WARMUP_STAGES),
+        help="stages of the warm-up audit (add canary for a worker whose own process has trained before)",
+    )
+    ap.add_argument(
+        "--warmup", default="", help="PROBLEM/SOLUTION each warm worker audits first (default: the first selected)"
+    )
+    ap.add_argument(
+        "--seed-base",
+        type=int,
+        default=None,
+        help="fixed audit seeds derived from this and each example (default: random); with --n 1,8 the "
+        "second batch repeats the first's canary seeds, so its parent runs come from the worker's cache "
+        "(worker.canary.parent_cache, KAUDIT_CACHE_DIR shared by the batches)",
+    )
     ap.add_argument("--out", required=True, help="FILE.json; FILE.md is written next to it")
     args = ap.parse_args()
     if args.device == "cpu":
@@ -321,17 +391,26 @@ def main() -> int:
     warmup_stages = parse_stages(args.warmup_stages)
     out = Path(args.out)
     meta: dict[str, Any] = {
-        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "device": machine(args.device),
-        "device_kind": "cuda" if args.device.startswith("cuda") else "cpu", "torch": torch.__version__,
-        "stages": list(stages), "cores": os.cpu_count(), "seed_base": args.seed_base, "examples": [f"{p}/{s}" for p, s in todo], "load_before": [round(x, 2) for x in os.getloadavg()],
-        "workers": "cold: a fresh process per worker, no spare child" if args.cold else
-                   f"warm: each worker process ran one warm-up audit ({'/'.join(warmup)}, stages {', '.join(warmup_stages)}) "
-                   "and keeps a spare sandbox child",
+        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "device": machine(args.device),
+        "device_kind": "cuda" if args.device.startswith("cuda") else "cpu",
+        "torch": torch.__version__,
+        "stages": list(stages),
+        "cores": os.cpu_count(),
+        "seed_base": args.seed_base,
+        "examples": [f"{p}/{s}" for p, s in todo],
+        "load_before": [round(x, 2) for x in os.getloadavg()],
+        "workers": "cold: a fresh process per worker, no spare child"
+        if args.cold
+        else f"warm: each worker process ran one warm-up audit ({'/'.join(warmup)}, stages {', '.join(warmup_stages)}) "
+        "and keeps a spare sandbox child",
     }
     if not args.cold_text:  # what a deployed worker finds on disk (the image bakes it; worker.text.warm)
         from worker.text.warm import vocab_sizes, warm_text_cache
 
-        meta["text_cache_s"] = warm_text_cache(vocab_sizes(load_catalogue(), "gpu" if meta["device_kind"] == "cuda" else "cpu"))
+        meta["text_cache_s"] = warm_text_cache(
+            vocab_sizes(load_catalogue(), "gpu" if meta["device_kind"] == "cuda" else "cpu")
+        )
     batches: list[dict[str, Any]] = []
 
     def write() -> None:
@@ -344,19 +423,31 @@ def main() -> int:
         batch: dict[str, Any] = {"summary": {}, "rows": rows}
         batches.append(batch)
 
-        def record(row: dict[str, Any]) -> None:
+        def record(
+            row: dict[str, Any], rows: list[dict[str, Any]] = rows, n: int = n, order: dict[Any, int] = order
+        ) -> None:
             rows.append(row)
             rows.sort(key=lambda r: order[(r["problem"], r["solution"])])
-            print(f"[N={n}] {row['problem']}/{row['solution']}: {row['verdict']} in {row['wall_s']:.1f} s "
-                  + " ".join(f"{k}={v}" for k, v in row["stage_s"].items())
-                  + ("" if row["matches_expectation"] else "  MISMATCH " + "; ".join(row["mismatches"])), flush=True)
+            print(
+                f"[N={n}] {row['problem']}/{row['solution']}: {row['verdict']} in {row['wall_s']:.1f} s "
+                + " ".join(f"{k}={v}" for k, v in row["stage_s"].items())
+                + ("" if row["matches_expectation"] else "  MISMATCH " + "; ".join(row["mismatches"])),
+                flush=True,
+            )
 
         t0 = time.perf_counter()
         with FreeMemoryWatch(args.device) as watch:
-            run_jobs(timed_audit, [(p, s, args.device, stages, audit_seed(args.seed_base, p, s)) for p, s in todo], workers=n, budget_s=args.budget_s,
-                     on_result=record, initializer=None if args.cold else warm_worker,
-                     initargs=() if args.cold else (args.device, warmup, False if args.cold_child else None, warmup_stages,
-                                                  not args.cold_parent))
+            run_jobs(
+                timed_audit,
+                [(p, s, args.device, stages, audit_seed(args.seed_base, p, s)) for p, s in todo],
+                workers=n,
+                budget_s=args.budget_s,
+                on_result=record,
+                initializer=None if args.cold else warm_worker,
+                initargs=()
+                if args.cold
+                else (args.device, warmup, False if args.cold_child else None, warmup_stages, not args.cold_parent),
+            )
         batch["summary"] = summarise(n, rows, time.perf_counter() - t0, len(todo), watch)
         meta["load_after"] = [round(x, 2) for x in os.getloadavg()]
         write()

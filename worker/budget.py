@@ -21,7 +21,9 @@ from pydantic import BaseModel, Field
 
 class AuditBudget(BaseModel):
     total_s: float = Field(gt=0, description="wall-clock seconds for the whole audit, every stage included")
-    call_timeout_s: float = Field(gt=0, description="one kernel call (import, call or timing request) longer than this is a hang")
+    call_timeout_s: float = Field(
+        gt=0, description="one kernel call (import, call or timing request) longer than this is a hang"
+    )
 
 
 # CPU: the Triton interpreter costs ~0.5 ms per program instance, so calls are slow but bounded

@@ -127,9 +127,7 @@ def load_problem(folder: Path) -> Problem:
     definition = load_definition(folder / "definition.json")
     spec_path = folder / "audit.json"
     spec = (
-        parse_model(AuditSpec, json.loads(spec_path.read_text()), str(spec_path))
-        if spec_path.exists()
-        else AuditSpec()
+        parse_model(AuditSpec, json.loads(spec_path.read_text()), str(spec_path)) if spec_path.exists() else AuditSpec()
     )
     gpu = tuple(load_workloads(folder / "workload.jsonl", definition.name))
     cpu_path = folder / "workload_cpu.jsonl"
@@ -142,8 +140,15 @@ def load_problem(folder: Path) -> Problem:
     from worker.dataset_import import provenance_of
 
     provenance = provenance_of(folder)
-    return Problem(folder=folder, definition=definition, workloads_gpu=gpu, workloads_cpu=cpu, spec=spec,
-                   curated=spec_path.exists(), reference_trusted=provenance is None or provenance.reviewed)
+    return Problem(
+        folder=folder,
+        definition=definition,
+        workloads_gpu=gpu,
+        workloads_cpu=cpu,
+        spec=spec,
+        curated=spec_path.exists(),
+        reference_trusted=provenance is None or provenance.reviewed,
+    )
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,9 @@ class LoadableArtifact(BaseModel):
 
 def build_cache() -> BuildCache:
     """The worker's build cache: $KAUDIT_BUILD_CACHE, else under the engine's cache folder."""
-    root = os.environ.get(CACHE_ENV) or str(Path(os.environ.get("KAUDIT_CACHE_DIR", Path.home() / ".cache" / "kaudit")) / "builds")
+    root = os.environ.get(CACHE_ENV) or str(
+        Path(os.environ.get("KAUDIT_CACHE_DIR", Path.home() / ".cache" / "kaudit")) / "builds"
+    )
     return BuildCache(Path(root))
 
 
@@ -65,5 +67,6 @@ def compile_solution(solution: Solution, device: str) -> BuildResult:
 
 def loadable(result: BuildResult) -> LoadableArtifact:
     assert result.ok and result.artifact is not None and result.artifact_sha256 is not None
-    return LoadableArtifact(sha256=result.artifact_sha256, entry_symbol=result.entry_symbol,
-                            data=Path(result.artifact).read_bytes())
+    return LoadableArtifact(
+        sha256=result.artifact_sha256, entry_symbol=result.entry_symbol, data=Path(result.artifact).read_bytes()
+    )

@@ -74,8 +74,13 @@ class AuditContext:
         """The curated reference runs here; an uploaded one is the uploader's code and runs in a sandbox of its own."""
         if self.problem.reference_trusted:
             return Reference.of(self.problem.definition)
-        return SandboxedReference(self.problem.definition, self.device, timeout_s=self.deadline.budget.call_timeout_s,
-                                  interrupts=self.interrupts, isolation=self.isolation)
+        return SandboxedReference(
+            self.problem.definition,
+            self.device,
+            timeout_s=self.deadline.budget.call_timeout_s,
+            interrupts=self.interrupts,
+            isolation=self.isolation,
+        )
 
     def sandbox(self) -> WatchedSandbox:
         """The submission's child process, started (or restarted after a crash) with the solution loaded;
@@ -86,8 +91,12 @@ class AuditContext:
                 self._sandbox.interrupts = self.interrupts
                 self._sandbox.default_timeout_s = self.deadline.budget.call_timeout_s
             else:
-                self._sandbox = Sandbox(self.device, interrupts=self.interrupts, isolation=self.isolation,
-                                        default_timeout_s=self.deadline.budget.call_timeout_s)
+                self._sandbox = Sandbox(
+                    self.device,
+                    interrupts=self.interrupts,
+                    isolation=self.isolation,
+                    default_timeout_s=self.deadline.budget.call_timeout_s,
+                )
             self.isolation = self._sandbox.isolation
         self._sandbox.artifact = self.artifact
         if self._watched is None:

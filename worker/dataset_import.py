@@ -122,15 +122,22 @@ def import_problem(root: Path, folder: Path, dest: Path) -> ImportedProblem:
                 copied[rel] = f"{BLOBS}/{Path(rel).as_posix()}"
             spec["path"] = copied[rel]
         rewritten.append(raw)
-    (staging / "definition.json").write_text(json.dumps(definition.model_dump(mode="json", exclude_none=True), indent=1))
+    (staging / "definition.json").write_text(
+        json.dumps(definition.model_dump(mode="json", exclude_none=True), indent=1)
+    )
     (staging / "workload.jsonl").write_text("".join(json.dumps(w) + "\n" for w in rewritten))
     provenance = Provenance(source="imported", dataset_path=folder.relative_to(root).as_posix() or ".")
     (staging / PROVENANCE).write_text(provenance.model_dump_json(indent=1))
     if target.exists():
         shutil.rmtree(target)
     staging.rename(target)
-    return ImportedProblem(name=definition.name, folder=str(target), workloads=len(workloads),
-                           blobs=len(copied) - len(missing), missing_blobs=missing)
+    return ImportedProblem(
+        name=definition.name,
+        folder=str(target),
+        workloads=len(workloads),
+        blobs=len(copied) - len(missing),
+        missing_blobs=missing,
+    )
 
 
 def import_dataset(root: Path, dest: Path) -> ImportReport:

@@ -74,9 +74,14 @@ def run_stage(name: str, ctx: AuditContext) -> StageResult:
             # on a GPU several audits share, running out of memory is usually the neighbours' load: wait for
             # memory to come back and run the stage again before calling it inconclusive
             if retries >= gpu_memory.OOM_RETRIES or isinstance(err, ctx.interrupts):
-                result = StageResult(name=name, status=StageStatus.error, summary=(
-                    f"inconclusive: the device ran out of memory in {name} on {retries + 1} attempt(s) ({err}); "
-                    "not counted against the kernel"))
+                result = StageResult(
+                    name=name,
+                    status=StageStatus.error,
+                    summary=(
+                        f"inconclusive: the device ran out of memory in {name} on {retries + 1} attempt(s) ({err}); "
+                        "not counted against the kernel"
+                    ),
+                )
                 break
             retries += 1
             ctx.progress(f"{name}: the device ran out of memory; waiting for memory, then attempt {retries + 1}")
@@ -103,18 +108,23 @@ def _attempt_stage(name: str, ctx: AuditContext) -> StageResult:
         return StageResult(
             name=name,
             status=StageStatus.failed if kernel_fault else StageStatus.error,
-            summary=(f"the submission's process failed ({err.kind}): {err}" if kernel_fault
-                     else f"inconclusive: {err}; not counted against the kernel"),
+            summary=(
+                f"the submission's process failed ({err.kind}): {err}"
+                if kernel_fault
+                else f"inconclusive: {err}; not counted against the kernel"
+            ),
             evidence={"log": err.log[-2000:]},
         )
     except MissingInputFile as err:  # the problem's data, not the kernel nor the auditor: say which file
         return StageResult(name=name, status=StageStatus.error, summary=str(err))
     except torch.OutOfMemoryError:
         raise
-    except Exception as err:  # noqa: BLE001 - a stage bug is an error verdict, not a crash of the audit
+    except Exception as err:  # a stage bug is an error verdict, not a crash of the audit
         if isinstance(err, ctx.interrupts):
             raise
-        return StageResult(name=name, status=StageStatus.error, summary=f"internal error in {name}: {type(err).__name__}: {err}")
+        return StageResult(
+            name=name, status=StageStatus.error, summary=f"internal error in {name}: {type(err).__name__}: {err}"
+        )
 
 
 def _judge_faults(ctx: AuditContext, result: StageResult) -> StageResult:
@@ -129,7 +139,9 @@ def _judge_faults(ctx: AuditContext, result: StageResult) -> StageResult:
             result.summary = f"{watch.hang.message}; {result.summary}"
     elif watch.exhausted and result.status is not StageStatus.error:
         result.status = StageStatus.error
-        result.summary = f"inconclusive: the audit's budget ran out during {result.name}; not counted against the kernel"
+        result.summary = (
+            f"inconclusive: the audit's budget ran out during {result.name}; not counted against the kernel"
+        )
     return result
 
 
@@ -174,8 +186,16 @@ def run_audit(
     `pool` (a worker process's spare children) gives the audit a child started ahead of it.
     """
     chosen = parse_stages(stages)
-    ctx = AuditContext(problem=problem, solution=solution, device=device, progress=progress or (lambda _: None),
-                       interrupts=tuple(interrupts), budget=budget, isolation=isolation, pool=pool)
+    ctx = AuditContext(
+        problem=problem,
+        solution=solution,
+        device=device,
+        progress=progress or (lambda _: None),
+        interrupts=tuple(interrupts),
+        budget=budget,
+        isolation=isolation,
+        pool=pool,
+    )
     if seed is not None:
         ctx.seed = seed
     order = registry.audit_stages()
@@ -215,8 +235,10 @@ def run_audit(
     final.metrics["sandbox_memory"] = ctx.memory_note
     # what SOL-ExecBench itself would record, per evaluated workload (worker.traces): kept with the verdict so the
     # service can answer GET /v1/submissions/{id}/traces without the catalogue
-    final.evidence["traces"] = [t.model_dump(mode="json", exclude_none=True) for t in traces_of_stages(
-        results, problem.name, device, solution.name, list(problem.workloads(ctx.profile)))]
+    final.evidence["traces"] = [
+        t.model_dump(mode="json", exclude_none=True)
+        for t in traces_of_stages(results, problem.name, device, solution.name, list(problem.workloads(ctx.profile)))
+    ]
     if on_stage:
         on_stage(final)
     return AuditReport(

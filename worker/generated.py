@@ -51,7 +51,11 @@ def from_wire(value: dict[str, Any], device: torch.device | str) -> torch.Tensor
     spec = value[WIRE_KEY]
     dtype = getattr(torch, str(spec.get("dtype", "")), None)
     shape = spec.get("shape")
-    if not isinstance(dtype, torch.dtype) or not isinstance(shape, list) or not all(isinstance(s, int) and s >= 0 for s in shape):
+    if (
+        not isinstance(dtype, torch.dtype)
+        or not isinstance(shape, list)
+        or not all(isinstance(s, int) and s >= 0 for s in shape)
+    ):
         raise ValueError(f"malformed input recipe: {spec!r}")
     return make(int(spec["seed"]), tuple(shape), dtype, device)
 
@@ -64,9 +68,10 @@ def digest(t: torch.Tensor) -> int:
     bits = flat.view(_INT_BY_SIZE[flat.element_size()]) if flat.numel() else flat
     total = 0
     for start in range(0, bits.numel(), _DIGEST_CHUNK):  # in chunks: a 1 GiB input needs no 8 GiB of int64
-        chunk = bits[start:start + _DIGEST_CHUNK].to(torch.int64)
-        weights = (torch.arange(start, start + chunk.numel(), device=chunk.device, dtype=torch.int64)
-                   % _DIGEST_MODULUS + 1)
+        chunk = bits[start : start + _DIGEST_CHUNK].to(torch.int64)
+        weights = (
+            torch.arange(start, start + chunk.numel(), device=chunk.device, dtype=torch.int64) % _DIGEST_MODULUS + 1
+        )
         total = (total + int((chunk * weights).sum())) % (1 << 61)
     return total ^ hash(tuple(t.shape))
 

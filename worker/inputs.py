@@ -73,13 +73,13 @@ class Case:
         return out
 
     def nbytes(self, definition: Definition) -> int:
-        return sum(v.nbytes if isinstance(v, Recipe) else v.nbytes if isinstance(v, torch.Tensor) else 0
-                   for v in (self.inputs[n] for n in definition.inputs))
+        return sum(
+            v.nbytes if isinstance(v, Recipe) else v.nbytes if isinstance(v, torch.Tensor) else 0
+            for v in (self.inputs[n] for n in definition.inputs)
+        )
 
     def output_specs(self, definition: Definition) -> list[dict[str, Any]]:
-        return [
-            {"shape": list(self.output_shapes[n]), "dtype": spec.dtype} for n, spec in definition.outputs.items()
-        ]
+        return [{"shape": list(self.output_shapes[n]), "dtype": spec.dtype} for n, spec in definition.outputs.items()]
 
 
 class MissingInputFile(FileNotFoundError):
@@ -132,8 +132,10 @@ def build_case(
             if folder is not None and not path.is_absolute():
                 path = folder / path
             if not path.is_file():
-                raise MissingInputFile(f"missing input file '{w.path}' for input '{name}' of workload "  # type: ignore[union-attr]
-                                       f"{workload.uuid}: the problem's data is incomplete (not the kernel's fault)")
+                raise MissingInputFile(
+                    f"missing input file '{w.path}' for input '{name}' of workload "  # type: ignore[union-attr]
+                    f"{workload.uuid}: the problem's data is incomplete (not the kernel's fault)"
+                )
             inputs[name] = load_file(str(path))[w.tensor_key]  # type: ignore[union-attr]
         else:
             if spec.is_scalar:

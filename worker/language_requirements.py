@@ -30,9 +30,12 @@ class GpuRequirement(NamedTuple):
 # cuTile Python (cuda-tile 1.1, the `gpu` extra's pin) compiles through Tile IR with CUDA 13.1's `tileiras` and
 # generates code for Blackwell only (its documented prerequisites: compute capability 10.x or 12.x, toolkit 13.1+)
 REQUIREMENTS: Final[dict[Language, GpuRequirement]] = {
-    "cutile": GpuRequirement(frozenset({10, 12}), "a Blackwell GPU (compute capability 10.x or 12.x)", "tileiras",
-                             "the CUDA Toolkit 13.1 or newer (on PATH or in $CUDA_HOME/bin), or pip install "
-                             "'cuda-tile[tileiras]'"),
+    "cutile": GpuRequirement(
+        frozenset({10, 12}),
+        "a Blackwell GPU (compute capability 10.x or 12.x)",
+        "tileiras",
+        "the CUDA Toolkit 13.1 or newer (on PATH or in $CUDA_HOME/bin), or pip install 'cuda-tile[tileiras]'",
+    ),
 }
 
 
@@ -47,8 +50,9 @@ def find_tool(name: str) -> str | None:
     return None
 
 
-def unmet_requirements(languages: Iterable[Language], device: DeviceFacts,
-                       locate: Callable[[str], str | None] = find_tool) -> list[str]:
+def unmet_requirements(
+    languages: Iterable[Language], device: DeviceFacts, locate: Callable[[str], str | None] = find_tool
+) -> list[str]:
     """For each language this device or its toolchain cannot run: what it needs, and what this worker has."""
     out: list[str] = []
     major, minor = device.capability
@@ -57,8 +61,10 @@ def unmet_requirements(languages: Iterable[Language], device: DeviceFacts,
         if req is None:
             continue
         if major not in req.capability_majors:
-            out.append(f"{lang} needs {req.gpus}; this worker's GPU is {device.name} (compute capability "
-                       f"{major}.{minor}): audit it on a worker with such a GPU")
+            out.append(
+                f"{lang} needs {req.gpus}; this worker's GPU is {device.name} (compute capability "
+                f"{major}.{minor}): audit it on a worker with such a GPU"
+            )
         elif locate(req.tool) is None:
             out.append(f"{lang} compiles with '{req.tool}', which this worker does not have: install {req.toolkit}")
     return out

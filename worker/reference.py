@@ -30,7 +30,9 @@ class ReferenceRunner(Protocol):
 
     def run(self, args: list[Any], reorder: str | None = None) -> list[torch.Tensor]: ...
 
-    def custom_inputs(self, axes_and_scalars: dict[str, Any], device: torch.device, seed: int) -> dict[str, torch.Tensor]: ...
+    def custom_inputs(
+        self, axes_and_scalars: dict[str, Any], device: torch.device, seed: int
+    ) -> dict[str, torch.Tensor]: ...
 
 
 @dataclass(frozen=True)
@@ -42,7 +44,7 @@ class Reference:
     @classmethod
     def of(cls, definition: Definition) -> "Reference":
         module = ModuleType(f"kaudit_reference_{definition.name}")
-        exec(compile(definition.reference, f"<reference {definition.name}>", "exec"), module.__dict__)  # noqa: S102
+        exec(compile(definition.reference, f"<reference {definition.name}>", "exec"), module.__dict__)
         return cls(definition=definition, module=module)
 
     @property
@@ -61,9 +63,13 @@ class Reference:
             out = self.run_fn(*args)
         return list(out) if isinstance(out, (tuple, list)) else [out]
 
-    def custom_inputs(self, axes_and_scalars: dict[str, Any], device: torch.device, seed: int) -> dict[str, torch.Tensor]:
+    def custom_inputs(
+        self, axes_and_scalars: dict[str, Any], device: torch.device, seed: int
+    ) -> dict[str, torch.Tensor]:
         name = self.definition.custom_inputs_entrypoint
         torch.manual_seed(seed)
         if not name:
-            raise ValueError(f"{self.definition.name}: a workload asks for custom inputs but the definition has no custom_inputs_entrypoint")
+            raise ValueError(
+                f"{self.definition.name}: a workload asks for custom inputs but the definition has no custom_inputs_entrypoint"
+            )
         return getattr(self.module, name)(axes_and_scalars, device)  # type: ignore[no-any-return]

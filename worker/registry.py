@@ -41,8 +41,10 @@ def stage_name(module: str) -> str:
         raise StageRegistryError(f"'{module}' is not a module path such as my_package.my_stage")
     name = module.rsplit(".", 1)[-1]
     if not _NAME.fullmatch(name):
-        raise StageRegistryError(f"stage name '{name}' (the last part of '{module}'): a lowercase letter, then up to 31 "
-                                 "lowercase letters, digits or underscores")
+        raise StageRegistryError(
+            f"stage name '{name}' (the last part of '{module}'): a lowercase letter, then up to 31 "
+            "lowercase letters, digits or underscores"
+        )
     if name == VERDICT:
         raise StageRegistryError(f"'{VERDICT}' is the engine's own last stage, which judges the others")
     return name

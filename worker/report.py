@@ -16,8 +16,18 @@ from pydantic import AfterValidator, BaseModel, Field
 
 from worker.registry import VERDICT, is_stage, stage_order
 
-__all__ = ["VERDICT", "AuditOutcome", "AuditReport", "StageName", "StageResult", "StageStatus", "Verdict",
-           "VerdictSummary", "stage_order", "worst_status"]
+__all__ = [
+    "VERDICT",
+    "AuditOutcome",
+    "AuditReport",
+    "StageName",
+    "StageResult",
+    "StageStatus",
+    "Verdict",
+    "VerdictSummary",
+    "stage_order",
+    "worst_status",
+]
 
 
 def _registered(name: str) -> str:
@@ -105,7 +115,9 @@ class VerdictSummary(BaseModel):
     """What the verdict stage decided, as the service stores and shows it (never re-derived from stage rows)."""
 
     verdict: Verdict
-    caught_by: list[str] = Field(default_factory=list, description="stages that judged the kernel wrong, deciding first")
+    caught_by: list[str] = Field(
+        default_factory=list, description="stages that judged the kernel wrong, deciding first"
+    )
     inconclusive: list[str] = Field(default_factory=list, description="stages the auditor could not judge (errors)")
     passes_benchmark: bool | None = Field(None, description="the benchmark's own rule; None: it did not run")
     numerically_sound: bool | None = Field(None, description="kernel-audit's probes; None: they did not run")
@@ -114,9 +126,14 @@ class VerdictSummary(BaseModel):
     @classmethod
     def of(cls, verdict_stage: StageResult) -> "VerdictSummary":
         m = verdict_stage.metrics
-        return cls(verdict=Verdict(m["verdict"]), caught_by=list(m.get("caught_by") or []),
-                   inconclusive=list(m.get("inconclusive") or []), passes_benchmark=m.get("passes_benchmark"),
-                   numerically_sound=m.get("numerically_sound"), retry=bool(m.get("retry", False)))
+        return cls(
+            verdict=Verdict(m["verdict"]),
+            caught_by=list(m.get("caught_by") or []),
+            inconclusive=list(m.get("inconclusive") or []),
+            passes_benchmark=m.get("passes_benchmark"),
+            numerically_sound=m.get("numerically_sound"),
+            retry=bool(m.get("retry", False)),
+        )
 
     @property
     def first_catch(self) -> str | None:

@@ -36,8 +36,15 @@ class SandboxedReference:
 
     trusted = False
 
-    def __init__(self, definition: Definition, device: str = "cpu", *, timeout_s: float = 120.0,
-                 interrupts: tuple[type[BaseException], ...] = (), isolation: Isolation | None = None) -> None:
+    def __init__(
+        self,
+        definition: Definition,
+        device: str = "cpu",
+        *,
+        timeout_s: float = 120.0,
+        interrupts: tuple[type[BaseException], ...] = (),
+        isolation: Isolation | None = None,
+    ) -> None:
         self.definition = definition
         self._solution = reference_as_solution(definition)
         self._sandbox = Sandbox(device, default_timeout_s=timeout_s, interrupts=interrupts, isolation=isolation)
@@ -53,8 +60,9 @@ class SandboxedReference:
     def _run(self, args: list[Any], reorder: str | None) -> list[torch.Tensor]:
         self._sandbox.ensure(self._solution)
         # the reply's outputs are plain tensors: anything else fails its validation (MalformedReply)
-        reply = self._sandbox.send(CallRequest(args=[a.cpu() if isinstance(a, torch.Tensor) else a for a in args],
-                                               reorder=reorder))
+        reply = self._sandbox.send(
+            CallRequest(args=[a.cpu() if isinstance(a, torch.Tensor) else a for a in args], reorder=reorder)
+        )
         device = next((a.device for a in args if isinstance(a, torch.Tensor)), torch.device("cpu"))
         return [o.to(device) for o in reply.outputs]
 
@@ -66,15 +74,20 @@ class SandboxedReference:
 
         return run
 
-    def custom_inputs(self, axes_and_scalars: dict[str, Any], device: torch.device, seed: int) -> dict[str, torch.Tensor]:
+    def custom_inputs(
+        self, axes_and_scalars: dict[str, Any], device: torch.device, seed: int
+    ) -> dict[str, torch.Tensor]:
         """The definition's custom inputs, made by its own code in this reference's sandbox (seeded there)."""
         name = self.definition.custom_inputs_entrypoint
         if not name:
-            raise ValueError(f"{self.definition.name}: a workload asks for custom inputs but the definition has no custom_inputs_entrypoint")
+            raise ValueError(
+                f"{self.definition.name}: a workload asks for custom inputs but the definition has no custom_inputs_entrypoint"
+            )
         self._sandbox.ensure(self._solution)
         # a dict of name -> plain tensor, or the reply fails its validation (MalformedReply)
-        reply = self._sandbox.send(CustomInputsRequest(entrypoint=name, seed=int(seed),
-                                                       axes_and_scalars=dict(axes_and_scalars)))
+        reply = self._sandbox.send(
+            CustomInputsRequest(entrypoint=name, seed=int(seed), axes_and_scalars=dict(axes_and_scalars))
+        )
         return {k: v.to(device) for k, v in reply.inputs.items()}
 
     def close(self) -> None:

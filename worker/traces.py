@@ -71,8 +71,10 @@ class Evaluation(BaseModel):
         want = {EvaluationStatus.PASSED: (True, True), EvaluationStatus.INCORRECT_NUMERICAL: (True, False)}
         c, p = want.get(self.status, (False, False))
         if (self.correctness is not None) != c or (self.performance is not None) != p:
-            raise ValueError(f"status {self.status.value}: correctness {'required' if c else 'not allowed'}, "
-                             f"performance {'required' if p else 'not allowed'}")
+            raise ValueError(
+                f"status {self.status.value}: correctness {'required' if c else 'not allowed'}, "
+                f"performance {'required' if p else 'not allowed'}"
+            )
         return self
 
 
@@ -127,8 +129,9 @@ def traces_of(report: AuditReport, solution: Solution, workloads: list[Workload]
     return traces_of_stages(report.stages, report.definition, report.device, solution.name, workloads)
 
 
-def traces_of_stages(stages: list[StageResult], definition: str, device: str, solution: str,
-                     workloads: list[Workload]) -> list[Trace]:
+def traces_of_stages(
+    stages: list[StageResult], definition: str, device: str, solution: str, workloads: list[Workload]
+) -> list[Trace]:
     """One trace per evaluated workload, from the stages' results. The environment and the time are the benchmark
     stage's own (its evidence); an audit that never reached it has neither, and says so."""
     bench = _stage(stages, "benchmark")
@@ -148,23 +151,39 @@ def traces_of_stages(stages: list[StageResult], definition: str, device: str, so
         stats = per_workload.get(w.uuid, {})
         correctness = performance = None
         if status in (EvaluationStatus.PASSED, EvaluationStatus.INCORRECT_NUMERICAL):
-            correctness = Correctness(max_relative_error=_finite(stats.get("max_rel_err")),
-                                      max_absolute_error=_finite(stats.get("max_abs_err")),
-                                      extra={"rounds_passed": stats.get("rounds_passed"),
-                                             "min_match_fraction": stats.get("min_match_fraction")})
+            correctness = Correctness(
+                max_relative_error=_finite(stats.get("max_rel_err")),
+                max_absolute_error=_finite(stats.get("max_abs_err")),
+                extra={
+                    "rounds_passed": stats.get("rounds_passed"),
+                    "min_match_fraction": stats.get("min_match_fraction"),
+                },
+            )
         if status is EvaluationStatus.PASSED:
             if timing.get("workload") == w.uuid and timing.get("kernel_median_ms") is not None:
-                performance = Performance(latency_ms=_finite(timing.get("kernel_median_ms")),
-                                          reference_latency_ms=_finite(timing.get("reference_median_ms")),
-                                          speedup_factor=_finite(timing.get("speedup")))
+                performance = Performance(
+                    latency_ms=_finite(timing.get("kernel_median_ms")),
+                    reference_latency_ms=_finite(timing.get("reference_median_ms")),
+                    speedup_factor=_finite(timing.get("speedup")),
+                )
             else:
                 performance = Performance()
                 log = f"not timed: kernel-audit times one workload ({timing.get('workload', 'none')})"
-        traces.append(Trace(
-            definition=definition, workload=w.model_dump(mode="json", exclude_none=True), solution=solution,
-            evaluation=Evaluation(status=status, environment=environment, timestamp=timestamp, log=log[:4000],
-                                  correctness=correctness, performance=performance),
-        ))
+        traces.append(
+            Trace(
+                definition=definition,
+                workload=w.model_dump(mode="json", exclude_none=True),
+                solution=solution,
+                evaluation=Evaluation(
+                    status=status,
+                    environment=environment,
+                    timestamp=timestamp,
+                    log=log[:4000],
+                    correctness=correctness,
+                    performance=performance,
+                ),
+            )
+        )
     return traces
 
 

@@ -44,8 +44,11 @@ class WatchedSandbox:
 
     def send(self, request: Request[ReplyT], *, timeout_s: float | None = None) -> ReplyT:
         op = request.op
-        wanted = timeout_s if timeout_s is not None else (
-            self._deadline.budget.call_timeout_s if op in KERNEL_OPS else self._sandbox.default_timeout_s)
+        wanted = (
+            timeout_s
+            if timeout_s is not None
+            else (self._deadline.budget.call_timeout_s if op in KERNEL_OPS else self._sandbox.default_timeout_s)
+        )
         left = self._deadline.remaining_s()
         if left <= 0:
             self.exhausted = True
@@ -56,11 +59,16 @@ class WatchedSandbox:
         except SandboxTimeout as err:
             if timeout < wanted:
                 self.exhausted = True
-                raise BudgetExhausted(f"the audit's budget of {self._deadline.budget.total_s:.0f} s ran out during '{op}'") from err
+                raise BudgetExhausted(
+                    f"the audit's budget of {self._deadline.budget.total_s:.0f} s ran out during '{op}'"
+                ) from err
             if op in KERNEL_OPS:
                 self.calls_failed += 1
-                self.hang = KernelFault(stage=self.stage, kind="hang",
-                                        message=f"the kernel did not return from '{op}' within {timeout:.0f} s")
+                self.hang = KernelFault(
+                    stage=self.stage,
+                    kind="hang",
+                    message=f"the kernel did not return from '{op}' within {timeout:.0f} s",
+                )
             raise
         except (SubmissionError, SandboxCrash):
             if op in KERNEL_OPS:
@@ -80,9 +88,12 @@ class WatchedSandbox:
             self._sandbox.ensure(solution)
         except SandboxTimeout:
             self.calls_failed += 1
-            self.hang = KernelFault(stage=self.stage, kind="hang",
-                                    message="the submission did not finish starting or importing within "
-                                            f"{self._sandbox.default_timeout_s:.0f} s")
+            self.hang = KernelFault(
+                stage=self.stage,
+                kind="hang",
+                message="the submission did not finish starting or importing within "
+                f"{self._sandbox.default_timeout_s:.0f} s",
+            )
             raise
         except (SubmissionError, SandboxCrash):
             self.calls_failed += 1
@@ -90,8 +101,11 @@ class WatchedSandbox:
 
     def crashed_on_every_call(self) -> KernelFault | None:
         if self.calls_failed and not self.calls_ok:
-            return KernelFault(stage=self.stage, kind="crash",
-                               message=f"the kernel failed on every one of its {self.calls_failed} call(s) in {self.stage}")
+            return KernelFault(
+                stage=self.stage,
+                kind="crash",
+                message=f"the kernel failed on every one of its {self.calls_failed} call(s) in {self.stage}",
+            )
         return None
 
     def __getattr__(self, name: str) -> Any:

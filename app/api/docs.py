@@ -32,11 +32,14 @@ def install_docs(app: FastAPI) -> None:
 
     @app.get("/docs", include_in_schema=False)
     def swagger(request: Request) -> HTMLResponse:
-        page = get_swagger_ui_html(openapi_url=openapi_url, title=f"{app.title} - Swagger UI",
-                                   oauth2_redirect_url=OAUTH2_REDIRECT,
-                                   swagger_js_url=f"{ASSETS}/swagger-ui-bundle.js",
-                                   swagger_css_url=f"{ASSETS}/swagger-ui.css",
-                                   swagger_favicon_url="/favicon.ico")
+        page = get_swagger_ui_html(
+            openapi_url=openapi_url,
+            title=f"{app.title} - Swagger UI",
+            oauth2_redirect_url=OAUTH2_REDIRECT,
+            swagger_js_url=f"{ASSETS}/swagger-ui-bundle.js",
+            swagger_css_url=f"{ASSETS}/swagger-ui.css",
+            swagger_favicon_url="/favicon.ico",
+        )
         return _with_nonce(page, csp_nonce(request.scope))
 
     @app.get(OAUTH2_REDIRECT, include_in_schema=False)

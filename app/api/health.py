@@ -36,7 +36,11 @@ def database_reachable(services: Services) -> bool:
             session.execute(text("SELECT 1"))
         return True
     except Exception as err:  # noqa: BLE001 - any failure to answer is "down" to a health check
-        log.warning("health: the database is unreachable: %s: %s", type(err).__name__, str(err).splitlines()[0] if str(err) else "")
+        log.warning(
+            "health: the database is unreachable: %s: %s",
+            type(err).__name__,
+            str(err).splitlines()[0] if str(err) else "",
+        )
         return False
 
 
@@ -48,7 +52,11 @@ def broker_reachable(services: Services) -> bool:
             conn.default_channel  # noqa: B018 - opening the channel is what talks to the broker
         return True
     except Exception as err:  # noqa: BLE001
-        log.warning("health: the broker is unreachable: %s: %s", type(err).__name__, str(err).splitlines()[0] if str(err) else "")
+        log.warning(
+            "health: the broker is unreachable: %s: %s",
+            type(err).__name__,
+            str(err).splitlines()[0] if str(err) else "",
+        )
         return False
 
 
@@ -57,7 +65,9 @@ async def livez() -> Live:
     return Live()
 
 
-@router.get("/healthz", response_model=Healthy, responses={503: {"model": ErrorBody, "description": "a dependency is down"}})
+@router.get(
+    "/healthz", response_model=Healthy, responses={503: {"model": ErrorBody, "description": "a dependency is down"}}
+)
 def healthz(services: ServicesDep) -> Healthy | Response:
     down: list[Dependency] = []
     if not database_reachable(services):

@@ -13,7 +13,9 @@ log = logging.getLogger(__name__)
 
 
 class Heartbeat:
-    def __init__(self, sessions: sessionmaker[Session], audit_id: str, owner: str, lease_s: float, every_s: float) -> None:
+    def __init__(
+        self, sessions: sessionmaker[Session], audit_id: str, owner: str, lease_s: float, every_s: float
+    ) -> None:
         self._sessions, self._audit_id, self._owner = sessions, audit_id, owner
         self._lease_s, self._every_s = lease_s, every_s
         self._stop = threading.Event()

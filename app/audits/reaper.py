@@ -37,7 +37,8 @@ def reap_once(sessions: sessionmaker[Session], queue: AuditQueue, settings: Sett
     report = ReapReport()
     with UnitOfWork(sessions, queue) as uow:
         requeued, report.gave_up, report.timed_out = repository.requeue_expired(
-            uow.session, settings.max_claims, settings.hard_time_limit_s)
+            uow.session, settings.max_claims, settings.hard_time_limit_s
+        )
         for audit_id in (*report.gave_up, *report.timed_out):
             events.audit_completed(uow.session, audit_id)
         uow.enqueue(*requeued)  # sent once committed
@@ -58,15 +59,24 @@ def reap_once(sessions: sessionmaker[Session], queue: AuditQueue, settings: Sett
                     report.resent_queued.append(a.id)
             repository.mark_enqueued(s, report.resent_queued)
     if report.requeued_expired or report.gave_up or report.timed_out or report.resent_queued:
-        log.warning("reaper: requeued expired %s, gave up on %s, timed out %s, re-sent queued %s",
-                    report.requeued_expired, report.gave_up, report.timed_out, report.resent_queued)
+        log.warning(
+            "reaper: requeued expired %s, gave up on %s, timed out %s, re-sent queued %s",
+            report.requeued_expired,
+            report.gave_up,
+            report.timed_out,
+            report.resent_queued,
+        )
     return report
 
 
 def register(app: Celery, settings: Settings) -> None:
     queue = AuditQueue(app)
-    run_in_worker(app, PeriodicThread("kaudit-reaper", settings, settings.reaper_interval_s,
-                                      lambda sessions: reap_once(sessions, queue, settings)))
+    run_in_worker(
+        app,
+        PeriodicThread(
+            "kaudit-reaper", settings, settings.reaper_interval_s, lambda sessions: reap_once(sessions, queue, settings)
+        ),
+    )
 
     @app.task(name="kaudit.reap", ignore_result=True)
     def reap_task() -> dict[str, list[str]]:

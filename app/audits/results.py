@@ -48,29 +48,56 @@ def internal_error_text(err: BaseException) -> str:
     return text if len(text) <= MAX_DETAIL_CHARS else text[: MAX_DETAIL_CHARS - 1] + "…"
 
 
-def _write(sessions: sessionmaker[Session], audit_id: str, owner: str | None, r: StageRecord, lease_s: float,
-           replace: bool) -> bool:
+def _write(
+    sessions: sessionmaker[Session], audit_id: str, owner: str | None, r: StageRecord, lease_s: float, replace: bool
+) -> bool:
     with sessions.begin() as s:
-        ok = repository.store_stage(s, audit_id, owner, name=r.name, position=r.position, status=r.status, summary=r.summary,
-                                    metrics=r.metrics, evidence=r.evidence, duration_s=r.duration_s, lease_s=lease_s,
-                                    replace=replace)
+        ok = repository.store_stage(
+            s,
+            audit_id,
+            owner,
+            name=r.name,
+            position=r.position,
+            status=r.status,
+            summary=r.summary,
+            metrics=r.metrics,
+            evidence=r.evidence,
+            duration_s=r.duration_s,
+            lease_s=lease_s,
+            replace=replace,
+        )
         if ok:
             events.stage_completed(s, audit_id, r.name, r.status, storable_text(r.summary))
     return ok
 
 
-def store(sessions: sessionmaker[Session], audit_id: str, owner: str | None, record: StageRecord, *, lease_s: float,
-          replace: bool = False) -> bool:
+def store(
+    sessions: sessionmaker[Session],
+    audit_id: str,
+    owner: str | None,
+    record: StageRecord,
+    *,
+    lease_s: float,
+    replace: bool = False,
+) -> bool:
     """Store one stage result (and its event); False if the lease is lost. Raises StageNotStored only if the database
     refuses even the status alone."""
     try:
         return _write(sessions, audit_id, owner, record, lease_s, replace)
     except STORAGE_ERRORS as err:
-        log.exception("audit %s: stage %s could not be stored as reported; storing its status alone", audit_id, record.name)
+        log.exception(
+            "audit %s: stage %s could not be stored as reported; storing its status alone", audit_id, record.name
+        )
         why = type(err).__name__
-    bare = StageRecord(name=record.name, position=record.position, status=record.status,
-                       summary=f"{record.status}: this stage's details could not be stored ({why}); its status stands",
-                       metrics={}, evidence={"storage_error": why}, duration_s=record.duration_s)
+    bare = StageRecord(
+        name=record.name,
+        position=record.position,
+        status=record.status,
+        summary=f"{record.status}: this stage's details could not be stored ({why}); its status stands",
+        metrics={},
+        evidence={"storage_error": why},
+        duration_s=record.duration_s,
+    )
     try:
         return _write(sessions, audit_id, owner, bare, lease_s, replace)
     except STORAGE_ERRORS as err:

@@ -14,4 +14,6 @@ class AuditStatus(StrEnum):
     timed_out = "timed_out"
 
 
-FINISHED: frozenset[AuditStatus] = frozenset({AuditStatus.passed, AuditStatus.failed, AuditStatus.error, AuditStatus.timed_out})
+FINISHED: frozenset[AuditStatus] = frozenset(
+    {AuditStatus.passed, AuditStatus.failed, AuditStatus.error, AuditStatus.timed_out}
+)

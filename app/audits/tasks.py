@@ -53,13 +53,27 @@ def run_one(local: ProcessLocal, audit_id: str) -> str:
     hb = Heartbeat(res.sessions, audit_id, owner, settings.lease_s, settings.heartbeat_s)
     try:
         with hb:  # from the claim on: imports and stages can take longer than one lease
-            return _run_claimed(res, audit.id, audit.device, audit.stages, audit.seed, submission.problem_name,
-                                submission.source, stored, owner, hb, finish, submission.id)
+            return _run_claimed(
+                res,
+                audit.id,
+                audit.device,
+                audit.stages,
+                audit.seed,
+                submission.problem_name,
+                submission.source,
+                stored,
+                owner,
+                hb,
+                finish,
+                submission.id,
+            )
     except LeaseLost:
         log.warning("audit %s: lease lost; another worker owns it now", audit_id)
         return "lease-lost"
     except SoftTimeLimitExceeded:
-        return finish(AuditStatus.timed_out, "error", f"timed_out: the audit ran past its {settings.soft_time_limit_s} s limit")
+        return finish(
+            AuditStatus.timed_out, "error", f"timed_out: the audit ran past its {settings.soft_time_limit_s} s limit"
+        )
     except Exception as err:  # a bug on the trusted side is an error verdict, not an audit stuck in 'running'
         log.exception("audit %s failed inside the worker", audit_id)
         return _finish_after_internal_error(res, audit_id, err, finish)
@@ -74,14 +88,28 @@ def _finish_after_internal_error(res: WorkerResources, audit_id: str, err: Excep
         failed.append(err.stage)
     what = results.internal_error_text(err)
     if failed:
-        return finish(AuditStatus.failed, "fail", f"fail: caught by {failed[0]}; the audit then stopped on an internal "
-                                                  f"error in the worker: {what}")
+        return finish(
+            AuditStatus.failed,
+            "fail",
+            f"fail: caught by {failed[0]}; the audit then stopped on an internal error in the worker: {what}",
+        )
     return finish(AuditStatus.error, "error", f"error: internal error in the worker: {what}")
 
 
-def _run_claimed(res: WorkerResources, audit_id: str, device: str, stages: str | None, seed: int, problem_name: str,
-                 source: dict, stored: dict[str, StageResultRow], owner: str, hb: Heartbeat,  # type: ignore[type-arg]
-                 finish, submission_id: str) -> str:  # type: ignore[no-untyped-def]
+def _run_claimed(
+    res: WorkerResources,
+    audit_id: str,
+    device: str,
+    stages: str | None,
+    seed: int,
+    problem_name: str,
+    source: dict,
+    stored: dict[str, StageResultRow],
+    owner: str,
+    hb: Heartbeat,  # type: ignore[type-arg]
+    finish,
+    submission_id: str,
+) -> str:  # type: ignore[no-untyped-def]
     from worker.engine import run_audit
     from worker.formats import Solution
     from worker.probes.token_stats import TokenStatsError
@@ -99,15 +127,33 @@ def _run_claimed(res: WorkerResources, audit_id: str, device: str, stages: str |
     except TokenStatsError as err:  # validated at POST by the same reader: only a changed reader gets here
         return finish(AuditStatus.error, "error", f"error: the submission's token_stats no longer load: {err}")
     # a stage no longer registered (removed since the earlier attempt) is not resumed: this attempt does not run it
-    resume = [StageResult(name=r.name, status=StageStatus(r.status), summary=r.summary, metrics=r.metrics, evidence=r.evidence,
-                          duration_s=r.duration_s) for r in stored.values() if is_stage(r.name)]
+    resume = [
+        StageResult(
+            name=r.name,
+            status=StageStatus(r.status),
+            summary=r.summary,
+            metrics=r.metrics,
+            evidence=r.evidence,
+            duration_s=r.duration_s,
+        )
+        for r in stored.values()
+        if is_stage(r.name)
+    ]
     order = stage_order()
 
     def store(result: StageResult) -> None:
-        record = results.StageRecord(name=result.name, position=order.index(result.name), status=result.status.value,
-                                     summary=result.summary, metrics=result.metrics, evidence=result.evidence,
-                                     duration_s=result.duration_s)
-        ok = results.store(res.sessions, audit_id, owner, record, lease_s=settings.lease_s, replace=result.name == VERDICT)
+        record = results.StageRecord(
+            name=result.name,
+            position=order.index(result.name),
+            status=result.status.value,
+            summary=result.summary,
+            metrics=result.metrics,
+            evidence=result.evidence,
+            duration_s=result.duration_s,
+        )
+        ok = results.store(
+            res.sessions, audit_id, owner, record, lease_s=settings.lease_s, replace=result.name == VERDICT
+        )
         if not ok or hb.lost.is_set():
             raise LeaseLost(audit_id)
 
@@ -115,9 +161,19 @@ def _run_claimed(res: WorkerResources, audit_id: str, device: str, stages: str |
     if solution.definition == problem_name != problem.definition.name:
         # it named the upload by its address ('name@namespace'), which the API resolved: intake compares names
         solution = solution.model_copy(update={"definition": problem.definition.name})
-    report = run_audit(problem, solution, device=device, stages=stages or settings.audit_stages,
-                       seed=seed, on_stage=store, resume=resume, budget=settings.audit_budget(device),
-                       isolation=settings.isolation, interrupts=(SoftTimeLimitExceeded,), pool=res.sandbox_pool(device))
+    report = run_audit(
+        problem,
+        solution,
+        device=device,
+        stages=stages or settings.audit_stages,
+        seed=seed,
+        on_stage=store,
+        resume=resume,
+        budget=settings.audit_budget(device),
+        isolation=settings.isolation,
+        interrupts=(SoftTimeLimitExceeded,),
+        pool=res.sandbox_pool(device),
+    )
     return finish(AuditStatus(report.outcome.value), report.verdict.value, report.summary)
 
 
@@ -157,16 +213,30 @@ def refuse_unless_isolated(settings: Settings) -> None:
     import sys
 
     # in a process of its own: the Celery parent must not load torch (it forks the pool)
-    probe = subprocess.run([sys.executable, "-c", "from worker.sandbox.isolation_check import check_isolation; "
-                            "print(check_isolation().model_dump_json())"], capture_output=True, text=True, timeout=300)
+    probe = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from worker.sandbox.isolation_check import check_isolation; print(check_isolation().model_dump_json())",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     try:
         report = json.loads(probe.stdout.strip().splitlines()[-1])
         problems = [str(p) for p in report["problems"]]
     except (ValueError, IndexError, KeyError, TypeError):
-        report, problems = {}, [f"the check did not run (exit {probe.returncode}): {probe.stderr[-500:]} {probe.stdout[-300:]}"]
+        report, problems = (
+            {},
+            [f"the check did not run (exit {probe.returncode}): {probe.stderr[-500:]} {probe.stdout[-300:]}"],
+        )
     if problems:
-        log.critical("refusing to start: submissions would not be isolated on this host: %s. Install bubblewrap and "
-                     "allow user namespaces, or opt out explicitly with KAUDIT_ISOLATION=none.", "; ".join(problems))
+        log.critical(
+            "refusing to start: submissions would not be isolated on this host: %s. Install bubblewrap and "
+            "allow user namespaces, or opt out explicitly with KAUDIT_ISOLATION=none.",
+            "; ".join(problems),
+        )
         logging.shutdown()
         os._exit(78)
     log.info("isolation checked: submissions run as uid %s in their own namespaces", report.get("uid"))
@@ -179,7 +249,9 @@ def exit_if_cuda_broken(audit_id: str) -> None:
     from worker.numerics.cuda_health import cuda_context_broken
 
     if cuda_context_broken():
-        log.critical("audit %s left this worker process's CUDA context unusable; exiting so the pool replaces it", audit_id)
+        log.critical(
+            "audit %s left this worker process's CUDA context unusable; exiting so the pool replaces it", audit_id
+        )
         logging.shutdown()
         os._exit(70)  # EX_SOFTWARE
 

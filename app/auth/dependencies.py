@@ -24,7 +24,9 @@ def _lookup(services: Services, plaintext: str) -> Principal | None:
         key = find_key(session, plaintext)
         if key is None:
             return None
-        return Principal(key_id=key.id, submitter=key.submitter, scopes=frozenset(key.scopes.split(",")), rate_limit=key.rate_limit)
+        return Principal(
+            key_id=key.id, submitter=key.submitter, scopes=frozenset(key.scopes.split(",")), rate_limit=key.rate_limit
+        )
 
 
 async def principal_for(services: Services, token: str) -> Principal | None:
@@ -43,14 +45,19 @@ async def get_principal(request: Request, services: ServicesDep) -> Principal:
     history, so `?key=` or `?api_key=` authenticates nothing."""
     token = _token(request)
     if not token:
-        raise HTTPException(401, "an API key is required: 'Authorization: Bearer <key>' or 'X-API-Key: <key>'",
-                            headers={"WWW-Authenticate": "Bearer"})
+        raise HTTPException(
+            401,
+            "an API key is required: 'Authorization: Bearer <key>' or 'X-API-Key: <key>'",
+            headers={"WWW-Authenticate": "Bearer"},
+        )
     principal = await principal_for(services, token)
     if principal is None:
         raise HTTPException(401, "unknown or revoked API key", headers={"WWW-Authenticate": "Bearer"})
     decision = services.limiter.hit(principal.key_id, principal.rate_limit)
     if not decision.allowed:
-        raise HTTPException(429, "rate limit exceeded for this API key", headers={"Retry-After": str(decision.retry_after_s)})
+        raise HTTPException(
+            429, "rate limit exceeded for this API key", headers={"Retry-After": str(decision.retry_after_s)}
+        )
     return principal
 
 

@@ -11,7 +11,9 @@ from app.auth.principal import Principal
 class KeyCache:
     """hash -> Principal (or None for unknown keys), per process, for `ttl_s`: a revoked key stops working within it."""
 
-    def __init__(self, ttl_s: float = 10.0, max_entries: int = 10_000, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, ttl_s: float = 10.0, max_entries: int = 10_000, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self._ttl, self._max, self._clock = ttl_s, max_entries, clock
         self._entries: dict[str, tuple[float, Principal | None]] = {}
 

@@ -17,9 +17,17 @@ def hash_key(plaintext: str) -> str:
     return hashlib.sha256(plaintext.encode()).hexdigest()
 
 
-def create_api_key(session: Session, submitter: str, scopes: tuple[str, ...] = ("submit",), rate_limit: str | None = None) -> tuple[ApiKey, str]:
+def create_api_key(
+    session: Session, submitter: str, scopes: tuple[str, ...] = ("submit",), rate_limit: str | None = None
+) -> tuple[ApiKey, str]:
     plaintext = KEY_PREFIX + secrets.token_urlsafe(32)
-    key = ApiKey(submitter=submitter, prefix=plaintext[:10], key_hash=hash_key(plaintext), scopes=",".join(scopes), rate_limit=rate_limit)
+    key = ApiKey(
+        submitter=submitter,
+        prefix=plaintext[:10],
+        key_hash=hash_key(plaintext),
+        scopes=",".join(scopes),
+        rate_limit=rate_limit,
+    )
     session.add(key)
     session.flush()
     return key, plaintext

@@ -14,5 +14,3 @@ async def require_reader(request: Request, services: ServicesDep) -> Principal |
     if services.settings.public_read:
         return None
     return await get_principal(request, services)
-
-

@@ -19,15 +19,24 @@ KeyId = Annotated[str, Path(pattern=r"^[0-9a-f]{32}$", description="the key's id
 
 
 def _out(key: ApiKey) -> ApiKeyOut:
-    return ApiKeyOut(id=key.id, submitter=key.submitter, prefix=key.prefix, scopes=key.scopes.split(","),
-                     rate_limit=key.rate_limit, created_at=key.created_at, revoked_at=key.revoked_at)
+    return ApiKeyOut(
+        id=key.id,
+        submitter=key.submitter,
+        prefix=key.prefix,
+        scopes=key.scopes.split(","),
+        rate_limit=key.rate_limit,
+        created_at=key.created_at,
+        revoked_at=key.revoked_at,
+    )
 
 
 def _may_manage(principal: Principal, key: ApiKey) -> bool:
     return principal.is_admin or key.submitter == principal.submitter
 
 
-@router.post("", status_code=201, response_model=ApiKeyCreated, responses={403: {"model": ErrorBody}, 422: {"model": ErrorBody}})
+@router.post(
+    "", status_code=201, response_model=ApiKeyCreated, responses={403: {"model": ErrorBody}, 422: {"model": ErrorBody}}
+)
 def create_key(body: ApiKeyCreate, _admin: AdminDep, session: SessionDep) -> ApiKeyCreated:
     """Create an API key for a submitter (admin)."""
     key, plaintext = create_api_key(session, body.submitter, tuple(dict.fromkeys(body.scopes)), body.rate_limit)

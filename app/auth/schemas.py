@@ -7,11 +7,16 @@ from pydantic import BaseModel, Field, field_validator
 
 
 class ApiKeyCreate(BaseModel):
-    submitter: str = Field(min_length=1, max_length=200, pattern=r"^[^\x00-\x1f\x7f]+$", description="no control characters")
+    submitter: str = Field(
+        min_length=1, max_length=200, pattern=r"^[^\x00-\x1f\x7f]+$", description="no control characters"
+    )
     scopes: list[Literal["submit", "admin"]] = Field(default_factory=lambda: ["submit"])
-    rate_limit: str | None = Field(default=None, max_length=64, pattern=r"^\d{1,9}(/| per )\d{0,6} ?(second|minute|hour|day)s?$",
-                                   description="e.g. '60/minute'; default: the server's")
-
+    rate_limit: str | None = Field(
+        default=None,
+        max_length=64,
+        pattern=r"^\d{1,9}(/| per )\d{0,6} ?(second|minute|hour|day)s?$",
+        description="e.g. '60/minute'; default: the server's",
+    )
 
     @field_validator("rate_limit")
     @classmethod
@@ -38,7 +43,9 @@ class ApiKeyCreated(BaseModel):
 class ApiKeyOut(BaseModel):
     id: str
     submitter: str
-    prefix: str = Field(description="the key's first characters, to tell keys apart; the key itself is never shown again")
+    prefix: str = Field(
+        description="the key's first characters, to tell keys apart; the key itself is never shown again"
+    )
     scopes: list[str]
     rate_limit: str | None
     created_at: datetime

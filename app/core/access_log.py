@@ -30,7 +30,7 @@ class ScrubQueryStrings(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         args = record.args
         if isinstance(args, tuple) and len(args) == _ARGS and isinstance(args[_PATH], str):
-            record.args = (*args[:_PATH], strip_query(args[_PATH]), *args[_PATH + 1:])
+            record.args = (*args[:_PATH], strip_query(args[_PATH]), *args[_PATH + 1 :])
         elif not args and isinstance(record.msg, str):  # a line formatted before it was logged
             record.msg = _QUERY_IN_TEXT.sub(r"\1", record.msg)
         return True

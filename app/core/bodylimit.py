@@ -33,15 +33,25 @@ class BodyLimitMiddleware:
     """`limit` for every route, except JSON and multipart bodies sent to the (method, path) pairs `overrides` names
     (POST /v1/submissions takes token statistics beside the solution; the route itself holds the solution to `limit`)."""
 
-    def __init__(self, app: ASGIApp, limit: int, max_json_depth: int = MAX_JSON_DEPTH,
-                 overrides: Mapping[tuple[str, str], int] | None = None) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        limit: int,
+        max_json_depth: int = MAX_JSON_DEPTH,
+        overrides: Mapping[tuple[str, str], int] | None = None,
+    ) -> None:
         self.app, self.limit, self.max_json_depth = app, limit, max_json_depth
         self.overrides = dict(overrides or {})
 
     async def _reject(self, send: Send, status: int, detail: str, reason: str) -> None:
         body = json.dumps(error_body(detail, [FieldError(field=BODY, reason=reason)])).encode()
-        await send({"type": "http.response.start", "status": status,
-                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+        await send(
+            {
+                "type": "http.response.start",
+                "status": status,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+            }
+        )
         await send({"type": "http.response.body", "body": body})
 
     async def _too_large(self, send: Send, limit: int) -> None:
@@ -87,8 +97,12 @@ class BodyLimitMiddleware:
         body = b"".join(chunks)
         depth = depth_over(body.decode("utf-8", errors="replace"), self.max_json_depth)
         if depth is not None:
-            await self._reject(send, 422, "invalid request",
-                               f"not valid JSON: nested {depth} levels deep; at most {self.max_json_depth} are allowed")
+            await self._reject(
+                send,
+                422,
+                "invalid request",
+                f"not valid JSON: nested {depth} levels deep; at most {self.max_json_depth} are allowed",
+            )
             return
         replayed = False
 

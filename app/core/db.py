@@ -37,8 +37,12 @@ def make_engine(settings: Settings) -> Engine:
         return engine
     # a database that does not answer (a host gone, packets dropped) fails a connection attempt within this bound
     # rather than the OS's TCP timeout of minutes: requests answer 503 promptly (app.core.errors)
-    engine = create_engine(url, pool_size=settings.db_pool_size, max_overflow=20,
-                           connect_args={"connect_timeout": settings.db_connect_timeout_s})
+    engine = create_engine(
+        url,
+        pool_size=settings.db_pool_size,
+        max_overflow=20,
+        connect_args={"connect_timeout": settings.db_connect_timeout_s},
+    )
     ping_when_idle(engine, PING_AFTER_IDLE_S)
     return engine
 

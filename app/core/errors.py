@@ -32,10 +32,19 @@ BODY = "(body)"
 RETRY_AFTER_S = 5
 Dependency = Literal["database", "broker"]
 # what an unreachable dependency raises: connection refused or reset, unknown database, timed out, pool exhausted
-DATABASE_DOWN: tuple[type[Exception], ...] = (sa_exc.OperationalError, sa_exc.InterfaceError, sa_exc.TimeoutError,
-                                                  sa_exc.DisconnectionError, psycopg.OperationalError, psycopg.InterfaceError)
-BROKER_DOWN: tuple[type[Exception], ...] = (kombu.exceptions.OperationalError, redis.exceptions.ConnectionError,
-                                                redis.exceptions.TimeoutError)
+DATABASE_DOWN: tuple[type[Exception], ...] = (
+    sa_exc.OperationalError,
+    sa_exc.InterfaceError,
+    sa_exc.TimeoutError,
+    sa_exc.DisconnectionError,
+    psycopg.OperationalError,
+    psycopg.InterfaceError,
+)
+BROKER_DOWN: tuple[type[Exception], ...] = (
+    kombu.exceptions.OperationalError,
+    redis.exceptions.ConnectionError,
+    redis.exceptions.TimeoutError,
+)
 
 
 class FieldError(BaseModel):
@@ -51,10 +60,16 @@ class ErrorBody(BaseModel):
 class ApiError(Exception):
     """An answer with a status, a one-line detail and the fields at fault."""
 
-    def __init__(self, status_code: int, detail: str, errors: Sequence[FieldError] = (),
-                 headers: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self, status_code: int, detail: str, errors: Sequence[FieldError] = (), headers: Mapping[str, str] | None = None
+    ) -> None:
         super().__init__(detail)
-        self.status_code, self.detail, self.errors, self.headers = status_code, detail, list(errors), dict(headers or {})
+        self.status_code, self.detail, self.errors, self.headers = (
+            status_code,
+            detail,
+            list(errors),
+            dict(headers or {}),
+        )
 
 
 def _clip(text: str, limit: int = MAX_REASON_CHARS) -> str:
@@ -70,14 +85,19 @@ def error_body(detail: str, errors: Iterable[FieldError] = ()) -> dict[str, Any]
     return ErrorBody(detail=_clip(detail), errors=kept).model_dump()
 
 
-def error_response(status_code: int, detail: str, errors: Iterable[FieldError] = (),
-                   headers: Mapping[str, str] | None = None) -> JSONResponse:
+def error_response(
+    status_code: int, detail: str, errors: Iterable[FieldError] = (), headers: Mapping[str, str] | None = None
+) -> JSONResponse:
     return JSONResponse(status_code=status_code, content=error_body(detail, errors), headers=dict(headers or {}))
 
 
 def _field(loc: Sequence[int | str]) -> str:
     """('body', 'spec', 'x') -> 'spec.x'; ('header', 'Idempotency-Key') -> 'Idempotency-Key'; ('body',) -> '(body)'."""
-    rest = [str(p) for p in loc[1:]] if loc and loc[0] in ("body", "header", "query", "path", "cookie") else [str(p) for p in loc]
+    rest = (
+        [str(p) for p in loc[1:]]
+        if loc and loc[0] in ("body", "header", "query", "path", "cookie")
+        else [str(p) for p in loc]
+    )
     return ".".join(rest) or BODY
 
 
@@ -103,8 +123,12 @@ def unreachable(err: BaseException) -> Dependency | None:
 
 def unavailable_response(down: Iterable[Dependency]) -> JSONResponse:
     names = list(down)
-    return error_response(503, f"unavailable: the {' and the '.join(names)} cannot be reached; try again later",
-                          [FieldError(field=n, reason="unreachable") for n in names], {"Retry-After": str(RETRY_AFTER_S)})
+    return error_response(
+        503,
+        f"unavailable: the {' and the '.join(names)} cannot be reached; try again later",
+        [FieldError(field=n, reason="unreachable") for n in names],
+        {"Retry-After": str(RETRY_AFTER_S)},
+    )
 
 
 def install_error_handlers(app: FastAPI) -> None:
@@ -121,7 +145,14 @@ def install_error_handlers(app: FastAPI) -> None:
             log.error("%s %s failed", request.method, request.url.path, exc_info=err)
             return error_response(500, "internal server error")
         first_line = str(err).splitlines()[0] if str(err) else ""
-        log.warning("%s %s: the %s is unreachable: %s: %s", request.method, request.url.path, down, type(err).__name__, first_line)
+        log.warning(
+            "%s %s: the %s is unreachable: %s: %s",
+            request.method,
+            request.url.path,
+            down,
+            type(err).__name__,
+            first_line,
+        )
         return unavailable_response([down])
 
     dependency_errors: tuple[type[Exception], ...] = (sa_exc.DBAPIError, *DATABASE_DOWN, *BROKER_DOWN)

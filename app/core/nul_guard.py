@@ -22,6 +22,9 @@ class RejectNulMiddleware:
         if scope["type"] != "http" or b"\x00" not in unquote_to_bytes(scope.get("query_string", b"")):
             await self.app(scope, receive, send)
             return
-        response = error_response(422, "the query string contains a NUL character (%00)",
-                                  [FieldError(field="(query)", reason="NUL characters are not allowed in query parameters")])
+        response = error_response(
+            422,
+            "the query string contains a NUL character (%00)",
+            [FieldError(field="(query)", reason="NUL characters are not allowed in query parameters")],
+        )
         await response(scope, receive, send)

@@ -20,34 +20,47 @@ class Settings(BaseSettings):
         description="postgresql://... in production (psycopg 3), sqlite:///path on the embedded default",
     )
     redis_url: str | None = Field(default=None, validation_alias=AliasChoices("REDIS_URL", "KAUDIT_REDIS_URL"))
-    broker_url: str | None = Field(default=None, description="overrides REDIS_URL as the Celery broker (filesystem:// embedded)")
+    broker_url: str | None = Field(
+        default=None, description="overrides REDIS_URL as the Celery broker (filesystem:// embedded)"
+    )
     broker_dir: Path = Path(".kaudit/broker")
     db_pool_size: int = 10
-    db_connect_timeout_s: int = Field(default=5, ge=2, description="Postgres connection attempt limit (libpq's minimum is 2)")
+    db_connect_timeout_s: int = Field(
+        default=5, ge=2, description="Postgres connection attempt limit (libpq's minimum is 2)"
+    )
 
     # queues: one worker per GPU listens on gpu, CPU-profile audits go to cpu
-    device: str = Field(default="cpu", description="this worker's device; also the API's default for solutions that name no hardware")
+    device: str = Field(
+        default="cpu", description="this worker's device; also the API's default for solutions that name no hardware"
+    )
     audit_devices: str | None = Field(
-        default=None, description="comma-separated devices this deployment has workers for, e.g. 'cpu,cuda' (default: device)"
+        default=None,
+        description="comma-separated devices this deployment has workers for, e.g. 'cpu,cuda' (default: device)",
     )
     queue_prefix: str = ""
     audit_stages: str | None = Field(default=None, description="comma-separated stages to run (default: all)")
     extra_stages: str | None = Field(
-        default=None, description="comma-separated modules of stages beyond worker/stages, each with run(ctx) and named "
-                                  "by its last dotted part; they run after the built-in ones (worker.registry). The API, "
-                                  "the workers and the CLI register them at start")
+        default=None,
+        description="comma-separated modules of stages beyond worker/stages, each with run(ctx) and named "
+        "by its last dotted part; they run after the built-in ones (worker.registry). The API, "
+        "the workers and the CLI register them at start",
+    )
     catalogue_root: Path | None = None
     isolation: Literal["namespaces", "none"] = Field(
         default="namespaces",
         description="namespaces: every submission runs under bubblewrap, and a worker that cannot isolate refuses to "
-                    "start; none: the operator's explicit opt-out (reports and the dashboard say so)")
+        "start; none: the operator's explicit opt-out (reports and the dashboard say so)",
+    )
     sandbox_spare: bool = Field(
-        default=False, description="each worker process keeps one sandbox child started ahead of its next audit "
-                                  "(bubblewrap, Python, torch and the GPU's context: seconds per audit); each child "
-                                  "still serves one audit only")
+        default=False,
+        description="each worker process keeps one sandbox child started ahead of its next audit "
+        "(bubblewrap, Python, torch and the GPU's context: seconds per audit); each child "
+        "still serves one audit only",
+    )
     uploads_dir: Path = Field(default=Path(".kaudit/uploads"), description="where workers write uploaded definitions")
     accept_uploaded_definitions: bool = Field(
-        default=True, description="false pins the curated catalogue: POST /v1/definitions answers 403")
+        default=True, description="false pins the curated catalogue: POST /v1/definitions answers 403"
+    )
 
     # leases and the reaper
     lease_s: float = 120.0
@@ -58,11 +71,13 @@ class Settings(BaseSettings):
     soft_time_limit_s: int = 3600
     hard_time_limit_s: int = 3900
     worker_proc_alive_timeout_s: float = Field(
-        default=120.0, gt=0,
+        default=120.0,
+        gt=0,
         description="how long Celery waits for a new pool process to report up before killing it. A pool process "
-                    "imports torch and the engine and loads the catalogue first: 2.9 s cold on an idle 2-core host, "
-                    "10 s with four starting at once, 13-18 s seen under load; Celery's own 4 s default killed "
-                    "replacement after replacement")
+        "imports torch and the engine and loads the catalogue first: 2.9 s cold on an idle 2-core host, "
+        "10 s with four starting at once, 13-18 s seen under load; Celery's own 4 s default killed "
+        "replacement after replacement",
+    )
     # one budget per audit, per device: a kernel call past the call timeout is a hang (the audit ends timed_out)
     cpu_audit_budget_s: float = 900.0
     cpu_call_timeout_s: float = 120.0
@@ -72,27 +87,45 @@ class Settings(BaseSettings):
     # API
     body_limit_bytes: int = 1024 * 1024
     token_stats_max_bytes: int = Field(
-        default=16 * 1024 * 1024, ge=1,
+        default=16 * 1024 * 1024,
+        ge=1,
         description="largest token statistics file (decoded) a submission may carry; POST /v1/submissions accepts a "
-                    "body this much larger (base64 in JSON, or a multipart file) than body_limit_bytes")
+        "body this much larger (base64 in JSON, or a multipart file) than body_limit_bytes",
+    )
     rate_limit: str = "120/minute"
-    rate_limit_storage_url: str | None = Field(default=None, description="memory:// or redis://; default: REDIS_URL, else memory")
+    rate_limit_storage_url: str | None = Field(
+        default=None, description="memory:// or redis://; default: REDIS_URL, else memory"
+    )
     key_cache_s: float = Field(default=10.0, description="a revoked API key stops working within this many seconds")
-    public_read: bool = Field(default=True, description="true: /v1/problems, /v1/problems/{name} and /v1/leaderboard/{problem} "
-                              "answer without an API key; false: they need one (401 without)")
-    dashboard_public: bool = Field(default=True, description="false: the dashboard at / needs an API key (the locked page's form"
-                                   " sets an HttpOnly cookie); a submission's private details need its owner's or an admin's key"
-                                   " either way")
+    public_read: bool = Field(
+        default=True,
+        description="true: /v1/problems, /v1/problems/{name} and /v1/leaderboard/{problem} "
+        "answer without an API key; false: they need one (401 without)",
+    )
+    dashboard_public: bool = Field(
+        default=True,
+        description="false: the dashboard at / needs an API key (the locked page's form"
+        " sets an HttpOnly cookie); a submission's private details need its owner's or an admin's key"
+        " either way",
+    )
 
     # webhooks (app/webhooks): an outbox delivered by a Celery task on the '<prefix>webhooks' queue
     webhook_timeout_s: float = Field(default=5.0, gt=0, description="one delivery attempt's connect + read budget")
-    webhook_max_attempts: int = Field(default=8, ge=1, description="a delivery is marked failed after this many attempts")
-    webhook_backoff_base_s: float = Field(default=10.0, gt=0, description="first retry delay; doubles per attempt, with jitter")
+    webhook_max_attempts: int = Field(
+        default=8, ge=1, description="a delivery is marked failed after this many attempts"
+    )
+    webhook_backoff_base_s: float = Field(
+        default=10.0, gt=0, description="first retry delay; doubles per attempt, with jitter"
+    )
     webhook_backoff_max_s: float = Field(default=3600.0, gt=0, description="longest delay between two attempts")
-    webhook_disable_after: int = Field(default=10, ge=1, description="an endpoint is disabled after this many consecutive failures")
+    webhook_disable_after: int = Field(
+        default=10, ge=1, description="an endpoint is disabled after this many consecutive failures"
+    )
     webhook_sweep_interval_s: float = Field(default=1.0, gt=0, description="how often each worker sends due deliveries")
     webhook_allowlist: str = Field(
-        default="", description="comma-separated CIDRs or host names that webhooks may reach although private/loopback/reserved")
+        default="",
+        description="comma-separated CIDRs or host names that webhooks may reach although private/loopback/reserved",
+    )
 
     @field_validator("webhook_allowlist")
     @classmethod
@@ -140,7 +173,7 @@ class Settings(BaseSettings):
         url = self.database_url
         for prefix in ("postgres://", "postgresql://"):
             if url.startswith(prefix):
-                return "postgresql+psycopg://" + url[len(prefix):]
+                return "postgresql+psycopg://" + url[len(prefix) :]
         return url
 
     @property

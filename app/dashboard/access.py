@@ -32,7 +32,9 @@ LOCKED_PAGE = """<!doctype html><html><head><meta charset="utf-8"><title>kernel-
 
 
 def locked(message: str, next_path: str, status_code: int = 401) -> HTMLResponse:
-    return HTMLResponse(LOCKED_PAGE.format(message=escape(message), next=escape(local_path(next_path))), status_code=status_code)
+    return HTMLResponse(
+        LOCKED_PAGE.format(message=escape(message), next=escape(local_path(next_path))), status_code=status_code
+    )
 
 
 def local_path(path: str) -> str:

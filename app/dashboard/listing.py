@@ -133,21 +133,34 @@ def board_page(session: Session, problem: str, show: RowFilter, want: Listing) -
     submitters = sorted({r.submitter for r in rows}, key=str.lower)
     hardware = sorted({r.hardware for r in rows if r.hardware}, key=lambda h: (h == CPU, h))
     words = want.words()
-    kept = [r for r in rows
-            if (not want.submitter or r.submitter == want.submitter) and (not want.hardware or r.hardware == want.hardware)
-            and _matches(words, r.solution_name, r.submitter, r.hardware, problem)]
+    kept = [
+        r
+        for r in rows
+        if (not want.submitter or r.submitter == want.submitter)
+        and (not want.hardware or r.hardware == want.hardware)
+        and _matches(words, r.solution_name, r.submitter, r.hardware, problem)
+    ]
     sort = want.sort if want.sort in _BOARD_SORTS else "rank"
     key, first = _BOARD_SORTS[sort]
     direction = want.dir or first
-    if sort == "rank":
-        kept = kept if direction is Direction.asc else kept[::-1]
-    else:
+    if sort != "rank":
         kept = _sorted(kept, key, direction)
+    elif direction is not Direction.asc:
+        kept = kept[::-1]
     pages = _pages(len(kept), want.per_page)
     page = min(want.page, pages)
     start = (page - 1) * want.per_page
-    return Page[BoardRow](rows=kept[start:start + want.per_page], total=len(kept), page=page, pages=pages,
-                          per_page=want.per_page, sort=sort, dir=direction, submitters=submitters, hardware=hardware)
+    return Page[BoardRow](
+        rows=kept[start : start + want.per_page],
+        total=len(kept),
+        page=page,
+        pages=pages,
+        per_page=want.per_page,
+        sort=sort,
+        dir=direction,
+        submitters=submitters,
+        hardware=hardware,
+    )
 
 
 # ---------------------------------------------------------------- every submission
@@ -168,13 +181,17 @@ class SubmissionRow(BaseModel):
 
 
 def _latest_audit() -> Any:
-    return (select(Audit.submission_id, func.max(Audit.attempt).label("attempt"))
-            .group_by(Audit.submission_id).subquery("latest"))
+    return (
+        select(Audit.submission_id, func.max(Audit.attempt).label("attempt"))
+        .group_by(Audit.submission_id)
+        .subquery("latest")
+    )
 
 
 def _public(stmt: Select[Any]) -> Select[Any]:
     return stmt.join(Problem, Problem.name == Submission.problem_name).where(
-        Problem.public.is_(True), Problem.deleted_at.is_(None))
+        Problem.public.is_(True), Problem.deleted_at.is_(None)
+    )
 
 
 def _like(word: str) -> str:
@@ -197,13 +214,24 @@ def submissions_page(session: Session, want: Listing, problem: str | None = None
         "speedup": (E.speedup, Direction.desc),
     }
     base = _public(
-        select(Submission.id, Submission.problem_name, Submission.solution_name, Submission.submitter,
-               Submission.created_at, Audit.status, Audit.verdict, E.caught_by, hardware.label("hardware"), E.speedup,
-               E.folded_into)
+        select(
+            Submission.id,
+            Submission.problem_name,
+            Submission.solution_name,
+            Submission.submitter,
+            Submission.created_at,
+            Audit.status,
+            Audit.verdict,
+            E.caught_by,
+            hardware.label("hardware"),
+            E.speedup,
+            E.folded_into,
+        )
         .join(latest, latest.c.submission_id == Submission.id)
         .join(Audit, and_(Audit.submission_id == Submission.id, Audit.attempt == latest.c.attempt))
         # the board's numbers are the finished attempt's: a re-audit in progress shows its own status, no numbers
-        .outerjoin(E, and_(E.submission_id == Submission.id, E.attempt == Audit.attempt)))
+        .outerjoin(E, and_(E.submission_id == Submission.id, E.attempt == Audit.attempt))
+    )
     where: list[ColumnElement[bool]] = []
     if problem is not None:
         where.append(Submission.problem_name == problem)
@@ -213,8 +241,13 @@ def submissions_page(session: Session, want: Listing, problem: str | None = None
         where.append(hardware == want.hardware)
     for w in want.words():
         pattern = _like(w)
-        where.append(or_(Submission.problem_name.ilike(pattern, escape="\\"), Submission.solution_name.ilike(pattern, escape="\\"),
-                         Submission.submitter.ilike(pattern, escape="\\")))
+        where.append(
+            or_(
+                Submission.problem_name.ilike(pattern, escape="\\"),
+                Submission.solution_name.ilike(pattern, escape="\\"),
+                Submission.submitter.ilike(pattern, escape="\\"),
+            )
+        )
     filtered = base.where(*where)
     total = int(session.scalar(select(func.count()).select_from(filtered.subquery())) or 0)
     sort = want.sort if want.sort in sorts else "submitted"
@@ -223,22 +256,48 @@ def submissions_page(session: Session, want: Listing, problem: str | None = None
     ordered = column.desc() if direction is Direction.desc else column.asc()
     pages = _pages(total, want.per_page)
     page = min(want.page, pages)
-    rows = session.execute(filtered.order_by(column.is_(None), ordered, Submission.created_at.desc(), Submission.id)
-                           .limit(want.per_page).offset((page - 1) * want.per_page)).all()
+    rows = session.execute(
+        filtered.order_by(column.is_(None), ordered, Submission.created_at.desc(), Submission.id)
+        .limit(want.per_page)
+        .offset((page - 1) * want.per_page)
+    ).all()
     # the filters' choices, from the same public submissions (and problem) the table lists
-    scope = _public(select(Submission.submitter).join(latest, latest.c.submission_id == Submission.id)
-                    .join(Audit, and_(Audit.submission_id == Submission.id, Audit.attempt == latest.c.attempt))
-                    .outerjoin(E, and_(E.submission_id == Submission.id, E.attempt == Audit.attempt)))
+    scope = _public(
+        select(Submission.submitter)
+        .join(latest, latest.c.submission_id == Submission.id)
+        .join(Audit, and_(Audit.submission_id == Submission.id, Audit.attempt == latest.c.attempt))
+        .outerjoin(E, and_(E.submission_id == Submission.id, E.attempt == Audit.attempt))
+    )
     if problem is not None:
         scope = scope.where(Submission.problem_name == problem)
     submitters = sorted(set(session.scalars(scope.distinct())), key=str.lower)
     kinds = session.scalars(scope.with_only_columns(hardware).distinct())
     return Page[SubmissionRow](
-        rows=[SubmissionRow(submission_id=r[0], problem=r[1], solution_name=r[2], submitter=r[3], created_at=r[4],
-                            status=r[5], verdict=r[6], caught_by=r[7], hardware=r[8], speedup=r[9], folded_into=r[10])
-              for r in rows],
-        total=total, page=page, pages=pages, per_page=want.per_page, sort=sort, dir=direction, submitters=submitters,
-        hardware=sorted({k for k in kinds if k}, key=lambda h: (h == CPU, h)))
+        rows=[
+            SubmissionRow(
+                submission_id=r[0],
+                problem=r[1],
+                solution_name=r[2],
+                submitter=r[3],
+                created_at=r[4],
+                status=r[5],
+                verdict=r[6],
+                caught_by=r[7],
+                hardware=r[8],
+                speedup=r[9],
+                folded_into=r[10],
+            )
+            for r in rows
+        ],
+        total=total,
+        page=page,
+        pages=pages,
+        per_page=want.per_page,
+        sort=sort,
+        dir=direction,
+        submitters=submitters,
+        hardware=sorted({k for k in kinds if k}, key=lambda h: (h == CPU, h)),
+    )
 
 
 # ---------------------------------------------------------------- audits in progress
@@ -290,9 +349,11 @@ def audit_progress(session: Session, submission_id: str) -> LiveAudit | None:
 
 def _latest_audits() -> Select[Any]:
     latest = _latest_audit()
-    return (select(Audit, Submission.problem_name, Submission.solution_name, Submission.submitter)
-            .join(Submission, Submission.id == Audit.submission_id)
-            .join(latest, and_(latest.c.submission_id == Audit.submission_id, latest.c.attempt == Audit.attempt)))
+    return (
+        select(Audit, Submission.problem_name, Submission.solution_name, Submission.submitter)
+        .join(Submission, Submission.id == Audit.submission_id)
+        .join(latest, and_(latest.c.submission_id == Audit.submission_id, latest.c.attempt == Audit.attempt))
+    )
 
 
 def _live(session: Session, found: Sequence[Any]) -> list[LiveAudit]:
@@ -302,14 +363,21 @@ def _live(session: Session, found: Sequence[Any]) -> list[LiveAudit]:
     running = [a.id for a in audits if a.status == AuditStatus.running]
     stored: dict[str, list[StageResultRow]] = {i: [] for i in running}
     if running:
-        for r in session.scalars(select(StageResultRow).where(StageResultRow.audit_id.in_(running))
-                                 .order_by(StageResultRow.position)):
+        for r in session.scalars(
+            select(StageResultRow).where(StageResultRow.audit_id.in_(running)).order_by(StageResultRow.position)
+        ):
             stored[r.audit_id].append(r)
     out = []
     for audit, problem_name, solution_name, submitter in found:
-        item = LiveAudit(submission_id=audit.submission_id, problem=problem_name, solution_name=solution_name,
-                         submitter=submitter, attempt=audit.attempt, status=audit.status,
-                         finished=audit.status in FINISHED)
+        item = LiveAudit(
+            submission_id=audit.submission_id,
+            problem=problem_name,
+            solution_name=solution_name,
+            submitter=submitter,
+            attempt=audit.attempt,
+            status=audit.status,
+            finished=audit.status in FINISHED,
+        )
         if audit.status == AuditStatus.queued:
             item.queue_position = positions.get(audit.id)
             item.waiting_s = max(0.0, (now - audit.enqueued_at).total_seconds()) if audit.enqueued_at else None
@@ -324,8 +392,15 @@ def _live(session: Session, found: Sequence[Any]) -> list[LiveAudit]:
                 item.elapsed_s = max(0.0, (audit.finished_at - audit.started_at).total_seconds())
         out.append(item)
     order = {AuditStatus.running: 0, AuditStatus.queued: 1}
-    return sorted(out, key=lambda a: (order.get(AuditStatus(a.status), 2), a.queue_position or 0,
-                                      -(a.elapsed_s or 0.0) if a.status == AuditStatus.running else 0.0, a.submission_id))
+    return sorted(
+        out,
+        key=lambda a: (
+            order.get(AuditStatus(a.status), 2),
+            a.queue_position or 0,
+            -(a.elapsed_s or 0.0) if a.status == AuditStatus.running else 0.0,
+            a.submission_id,
+        ),
+    )
 
 
 def _queue_positions(session: Session, queued: Sequence[Audit]) -> dict[str, int]:
@@ -333,8 +408,11 @@ def _queue_positions(session: Session, queued: Sequence[Audit]) -> dict[str, int
     before it, plus one), for every queued audit in one query."""
     if not queued:
         return {}
-    ranked = (select(Audit.id, (func.rank().over(partition_by=Audit.queue, order_by=Audit.enqueued_at)).label("pos"))
-              .where(Audit.status == AuditStatus.queued).subquery())
+    ranked = (
+        select(Audit.id, (func.rank().over(partition_by=Audit.queue, order_by=Audit.enqueued_at)).label("pos"))
+        .where(Audit.status == AuditStatus.queued)
+        .subquery()
+    )
     ids = [a.id for a in queued]
     return {i: int(p) for i, p in session.execute(select(ranked.c.id, ranked.c.pos).where(ranked.c.id.in_(ids)))}
 
@@ -365,9 +443,15 @@ def history_figure(session: Session, problem: str) -> dict[str, Any] | None:
 
     rows = session.execute(
         select(E.finished_at, E.speedup, E.hardware, E.solution_name, E.submitter, E.status, E.submission_id)
-        .where(E.problem_name == problem, E.passes_benchmark.is_(True), E.speedup.is_not(None), E.finished_at.is_not(None),
-               E.status.in_((AuditStatus.passed, AuditStatus.failed)))
-        .order_by(E.finished_at)).all()
+        .where(
+            E.problem_name == problem,
+            E.passes_benchmark.is_(True),
+            E.speedup.is_not(None),
+            E.finished_at.is_not(None),
+            E.status.in_((AuditStatus.passed, AuditStatus.failed)),
+        )
+        .order_by(E.finished_at)
+    ).all()
     sound = [r for r in rows if r.status == AuditStatus.passed and r.speedup is not None and math.isfinite(r.speedup)]
     if not sound:
         return None
@@ -376,9 +460,18 @@ def history_figure(session: Session, problem: str) -> dict[str, Any] | None:
         colour = _COLOURS[i % len(_COLOURS)]
         mine = [r for r in sound if (r.hardware or "unknown") == hw]
         text = [f"{r.solution_name} by {r.submitter}" for r in mine]
-        fig.add_trace(go.Scatter(x=[_iso(r.finished_at) for r in mine], y=[r.speedup for r in mine], mode="markers", name=f"{hw}: runs",
-                                 text=text, marker=dict(size=8, color=colour, opacity=0.75), legendgroup=hw,
-                                 hovertemplate="%{text}<br>%{y:.3g}x<br>%{x|%Y-%m-%d %H:%M} UTC<extra></extra>"))
+        fig.add_trace(
+            go.Scatter(
+                x=[_iso(r.finished_at) for r in mine],
+                y=[r.speedup for r in mine],
+                mode="markers",
+                name=f"{hw}: runs",
+                text=text,
+                marker=dict(size=8, color=colour, opacity=0.75),
+                legendgroup=hw,
+                hovertemplate="%{text}<br>%{y:.3g}x<br>%{x|%Y-%m-%d %H:%M} UTC<extra></extra>",
+            )
+        )
         best, xs, ys = -math.inf, [], []
         for r in mine:
             best = max(best, float(r.speedup))
@@ -386,24 +479,56 @@ def history_figure(session: Session, problem: str) -> dict[str, Any] | None:
             ys.append(best)
         xs.append(_iso(max(utcnow(), mine[-1].finished_at)))
         ys.append(best)
-        fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", line=dict(shape="hv", width=2.5, color=colour), name=f"{hw}: best so far",
-                                 legendgroup=hw,
-                                 hovertemplate="best so far %{y:.3g}x<extra></extra>"))
+        fig.add_trace(
+            go.Scatter(
+                x=xs,
+                y=ys,
+                mode="lines",
+                line=dict(shape="hv", width=2.5, color=colour),
+                name=f"{hw}: best so far",
+                legendgroup=hw,
+                hovertemplate="best so far %{y:.3g}x<extra></extra>",
+            )
+        )
     caught = [r for r in rows if r.status == AuditStatus.failed and r.speedup is not None and math.isfinite(r.speedup)]
     if caught:
-        fig.add_trace(go.Scatter(x=[_iso(r.finished_at) for r in caught], y=[r.speedup for r in caught], mode="markers",
-                                 name="caught by the audit", visible="legendonly", marker=dict(symbol="x", size=8, color="#cf222e"),
-                                 text=[f"{r.solution_name} by {r.submitter}" for r in caught],
-                                 hovertemplate="%{text}<br>%{y:.3g}x (not sound)<extra></extra>"))
+        fig.add_trace(
+            go.Scatter(
+                x=[_iso(r.finished_at) for r in caught],
+                y=[r.speedup for r in caught],
+                mode="markers",
+                name="caught by the audit",
+                visible="legendonly",
+                marker=dict(symbol="x", size=8, color="#cf222e"),
+                text=[f"{r.solution_name} by {r.submitter}" for r in caught],
+                hovertemplate="%{text}<br>%{y:.3g}x (not sound)<extra></extra>",
+            )
+        )
     fig.add_hline(y=1.0, line=dict(dash="dot", color="#6e7781", width=1))
     # on a log axis an annotation's y is log10 of the value: 0 is 1x
-    fig.add_annotation(x=1, xref="paper", xanchor="right", y=0, yref="y", yanchor="top", text="reference (1x)",
-                       showarrow=False, font=dict(color="#6e7781"))
-    values = [float(r.speedup) for r in rows if r.speedup is not None and r.speedup > 0 and math.isfinite(r.speedup)] + [1.0]
+    fig.add_annotation(
+        x=1,
+        xref="paper",
+        xanchor="right",
+        y=0,
+        yref="y",
+        yanchor="top",
+        text="reference (1x)",
+        showarrow=False,
+        font=dict(color="#6e7781"),
+    )
+    values = [
+        float(r.speedup) for r in rows if r.speedup is not None and r.speedup > 0 and math.isfinite(r.speedup)
+    ] + [1.0]
     ticks = _speedup_ticks(min(values) / 1.3, max(values) * 1.3)
-    fig.update_layout(title="speedup of sound kernels over time", template="plotly_white", height=320,
-                      margin=dict(l=60, r=20, t=50, b=40), legend=dict(orientation="h", y=-0.2),
-                      xaxis=dict(title=None), yaxis=dict(title="speedup over the reference", type="log", tickvals=ticks,
-                                                         ticktext=[f"{t:g}x" for t in ticks]))
+    fig.update_layout(
+        title="speedup of sound kernels over time",
+        template="plotly_white",
+        height=320,
+        margin=dict(l=60, r=20, t=50, b=40),
+        legend=dict(orientation="h", y=-0.2),
+        xaxis=dict(title=None),
+        yaxis=dict(title="speedup over the reference", type="log", tickvals=ticks, ticktext=[f"{t:g}x" for t in ticks]),
+    )
     out: dict[str, Any] = fig.to_plotly_json()
     return out

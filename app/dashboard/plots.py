@@ -11,7 +11,9 @@ from typing import Any
 
 import plotly.graph_objects as go
 
-_LAYOUT = dict(template="plotly_white", height=360, margin=dict(l=60, r=20, t=50, b=50), legend=dict(orientation="h", y=-0.25))
+_LAYOUT = dict(
+    template="plotly_white", height=360, margin=dict(l=60, r=20, t=50, b=50), legend=dict(orientation="h", y=-0.25)
+)
 
 
 def _num(x: Any) -> float | None:
@@ -45,7 +47,8 @@ def probe_errors(metrics: dict[str, Any]) -> list[dict[str, Any]]:
             if xs:
                 pts = sorted(zip(xs, ys))
                 series.setdefault((output, kind), []).append(
-                    (probe, [p[0] for p in pts], [p[1] for p in pts], _num(om.get("max_ratio")) or 0.0))
+                    (probe, [p[0] for p in pts], [p[1] for p in pts], _num(om.get("max_ratio")) or 0.0)
+                )
     figures = []
     for (output, kind), traces in series.items():
         by = "index multiplicity" if kind.startswith("index_count") else "reduction length"
@@ -54,10 +57,21 @@ def probe_errors(metrics: dict[str, Any]) -> list[dict[str, Any]]:
             fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines+markers", name=probe))
         budget = max(t[3] for t in traces)
         lo, hi = min(min(t[1]) for t in traces), max(max(t[1]) for t in traces)
-        fig.add_trace(go.Scatter(x=[lo, hi], y=[budget, budget], mode="lines", name=f"budget {budget:g}x",
-                                 line=dict(dash="dash", color="crimson")))
-        fig.update_layout(title=f"{output}: error ratio vs {by}", xaxis=dict(title=by, type="log"),
-                          yaxis=dict(title="error / ideal output's error", type="log"), **_LAYOUT)
+        fig.add_trace(
+            go.Scatter(
+                x=[lo, hi],
+                y=[budget, budget],
+                mode="lines",
+                name=f"budget {budget:g}x",
+                line=dict(dash="dash", color="crimson"),
+            )
+        )
+        fig.update_layout(
+            title=f"{output}: error ratio vs {by}",
+            xaxis=dict(title=by, type="log"),
+            yaxis=dict(title="error / ideal output's error", type="log"),
+            **_LAYOUT,
+        )
         figures.append(_figure(fig))
     return figures
 
@@ -79,30 +93,77 @@ def canary_losses(evidence: dict[str, Any]) -> list[dict[str, Any]]:
         ref, sub = _opt_floats(h.get("reference")), _opt_floats(h.get("submission"))
         if not steps or not ref:
             continue
-        gap = _opt_floats(h.get("gap")) or [s - r if s is not None and r is not None else None for s, r in zip(sub, ref)]
+        gap = _opt_floats(h.get("gap")) or [
+            s - r if s is not None and r is not None else None for s, r in zip(sub, ref)
+        ]
         band, limit = _num(h.get("band")) or 0.0, _num(h.get("threshold")) or 0.0
         mean = _num(h.get("mean_gap"))
         nulls = [_opt_floats(g) for g in h.get("null_gaps") or [] if isinstance(g, list)]
         fig = go.Figure()
         x_span = [min(steps), max(steps)]
         if band > 0:
-            fig.add_trace(go.Scatter(x=x_span, y=[band, band], mode="lines", line=dict(width=0), showlegend=False, hoverinfo="skip"))
-            fig.add_trace(go.Scatter(x=x_span, y=[-band, -band], mode="lines", line=dict(width=0), fill="tonexty",
-                                     fillcolor="rgba(110,119,129,0.22)", name=f"null band ±{band:.4g} (the reference's own noise)",
-                                     hoverinfo="skip"))
+            fig.add_trace(
+                go.Scatter(
+                    x=x_span, y=[band, band], mode="lines", line=dict(width=0), showlegend=False, hoverinfo="skip"
+                )
+            )
+            fig.add_trace(
+                go.Scatter(
+                    x=x_span,
+                    y=[-band, -band],
+                    mode="lines",
+                    line=dict(width=0),
+                    fill="tonexty",
+                    fillcolor="rgba(110,119,129,0.22)",
+                    name=f"null band ±{band:.4g} (the reference's own noise)",
+                    hoverinfo="skip",
+                )
+            )
         for i, g in enumerate(nulls):
-            fig.add_trace(go.Scatter(x=steps, y=g, mode="lines", line=dict(color="rgba(110,119,129,0.7)", width=1, dash="dot"),
-                                     name="null runs' gaps", legendgroup="nulls", showlegend=i == 0,
-                                     hovertemplate="null run " + str(i + 1) + ": %{y:+.4g}<extra></extra>"))
-        fig.add_trace(go.Scatter(x=x_span, y=[limit, limit], mode="lines", line=dict(dash="dash", color="crimson", width=2),
-                                 name=f"limit +{limit:.4g} (fails above)", hovertemplate="limit %{y:+.4g}<extra></extra>"))
-        fig.add_trace(go.Scatter(
-            x=steps, y=gap, mode="lines+markers", name="submission - reference", line=dict(color="#0969da", width=3),
-            customdata=[[r, s] for r, s in zip(ref, sub)],
-            hovertemplate="step %{x}: gap %{y:+.4g}<br>reference %{customdata[0]:.5g}, submission %{customdata[1]:.5g}<extra></extra>"))
+            fig.add_trace(
+                go.Scatter(
+                    x=steps,
+                    y=g,
+                    mode="lines",
+                    line=dict(color="rgba(110,119,129,0.7)", width=1, dash="dot"),
+                    name="null runs' gaps",
+                    legendgroup="nulls",
+                    showlegend=i == 0,
+                    hovertemplate="null run " + str(i + 1) + ": %{y:+.4g}<extra></extra>",
+                )
+            )
+        fig.add_trace(
+            go.Scatter(
+                x=x_span,
+                y=[limit, limit],
+                mode="lines",
+                line=dict(dash="dash", color="crimson", width=2),
+                name=f"limit +{limit:.4g} (fails above)",
+                hovertemplate="limit %{y:+.4g}<extra></extra>",
+            )
+        )
+        fig.add_trace(
+            go.Scatter(
+                x=steps,
+                y=gap,
+                mode="lines+markers",
+                name="submission - reference",
+                line=dict(color="#0969da", width=3),
+                customdata=[[r, s] for r, s in zip(ref, sub)],
+                hovertemplate="step %{x}: gap %{y:+.4g}<br>reference %{customdata[0]:.5g}, submission %{customdata[1]:.5g}<extra></extra>",
+            )
+        )
         if mean is not None:
-            fig.add_trace(go.Scatter(x=x_span, y=[mean, mean], mode="lines", line=dict(color="#0969da", width=1, dash="dot"),
-                                     name=f"mean gap {mean:+.4g} (judged)", hovertemplate="mean gap %{y:+.4g}<extra></extra>"))
+            fig.add_trace(
+                go.Scatter(
+                    x=x_span,
+                    y=[mean, mean],
+                    mode="lines",
+                    line=dict(color="#0969da", width=1, dash="dot"),
+                    name=f"mean gap {mean:+.4g} (judged)",
+                    hovertemplate="mean gap %{y:+.4g}<extra></extra>",
+                )
+            )
         # a scale on which the limit, the band and every gap are visible, centred on zero
         seen = [abs(v) for v in [*gap, *(v for g in nulls for v in g)] if v is not None]
         reach = max([limit, band, *seen, 1e-6]) * 1.25
@@ -110,9 +171,18 @@ def canary_losses(evidence: dict[str, Any]) -> list[dict[str, Any]]:
         title = f"canary ({opt}): held-out loss gap, submission - reference"
         if missing:
             title += f" (not finite at step {', '.join(str(m) for m in missing)})"
-        fig.update_layout(title=title, xaxis=dict(title="training step"),
-                          yaxis=dict(title="loss gap (nats): worse is up", range=[-reach, reach], zeroline=True,
-                                     zerolinecolor="#8c959f", tickformat="+.2g"), **_LAYOUT)
+        fig.update_layout(
+            title=title,
+            xaxis=dict(title="training step"),
+            yaxis=dict(
+                title="loss gap (nats): worse is up",
+                range=[-reach, reach],
+                zeroline=True,
+                zerolinecolor="#8c959f",
+                tickformat="+.2g",
+            ),
+            **_LAYOUT,
+        )
         figures.append(_figure(fig))
     return figures
 
@@ -168,28 +238,57 @@ def gradient_fidelity(evidence: dict[str, Any], budgets: dict[str, Any]) -> dict
             else:
                 ys.append(v)
                 texts.append(f"{v:.3g}x")
-            over = budget is not None and (v is None and texts[-1] == "inf" or (v is not None and v > budget))
+            over = budget is not None and ((v is None and texts[-1] == "inf") or (v is not None and v > budget))
             colours.append("#cf222e" if over else _BUCKET_COLOURS[i % len(_BUCKET_COLOURS)])
-        fig.add_trace(go.Bar(
-            x=[str(r["bucket"]) for r in mine], y=ys, name=output, text=texts, textposition="outside", cliponaxis=False,
-            marker=dict(color=colours), customdata=[[r.get("rows", ""), r.get("step", "")] for r in mine],
-            hovertemplate=output + ", %{x} contributions per row: %{text}<br>%{customdata[0]} rows, worst at step %{customdata[1]}<extra></extra>"))
+        fig.add_trace(
+            go.Bar(
+                x=[str(r["bucket"]) for r in mine],
+                y=ys,
+                name=output,
+                text=texts,
+                textposition="outside",
+                cliponaxis=False,
+                marker=dict(color=colours),
+                customdata=[[r.get("rows", ""), r.get("step", "")] for r in mine],
+                hovertemplate=output
+                + ", %{x} contributions per row: %{text}<br>%{customdata[0]} rows, worst at step %{customdata[1]}<extra></extra>",
+            )
+        )
         if budget is not None and budget > 0:
             # an annotation on a log axis is placed in log10 units (add_hline's would sit at 10**budget and stretch
             # the axis to it): the line and its label are placed separately
             fig.add_hline(y=budget, line=dict(dash="dash", color="crimson"))
-            fig.add_annotation(x=1, xref="paper", xanchor="right", y=math.log10(budget), yref="y", yanchor="bottom",
-                               text=f"{output} budget {budget:g}x", showarrow=False, font=dict(color="crimson"))
+            fig.add_annotation(
+                x=1,
+                xref="paper",
+                xanchor="right",
+                y=math.log10(budget),
+                yref="y",
+                yanchor="bottom",
+                text=f"{output} budget {budget:g}x",
+                showarrow=False,
+                font=dict(color="crimson"),
+            )
     ticks = _ratio_ticks(lo, hi)
-    fig.update_layout(title="canary: gradient fidelity, worst error ratio per bucket of rows", barmode="group",
-                      xaxis=dict(title="contributions per row (bucket)", type="category", categoryorder="array", categoryarray=order),
-                      yaxis=dict(title="kernel error / ideal output's error", type="log",
-                                 range=[math.log10(lo), math.log10(hi) + 0.15], tickvals=ticks, ticktext=[f"{t:g}x" for t in ticks]),
-                      **_LAYOUT)
+    fig.update_layout(
+        title="canary: gradient fidelity, worst error ratio per bucket of rows",
+        barmode="group",
+        xaxis=dict(title="contributions per row (bucket)", type="category", categoryorder="array", categoryarray=order),
+        yaxis=dict(
+            title="kernel error / ideal output's error",
+            type="log",
+            range=[math.log10(lo), math.log10(hi) + 0.15],
+            tickvals=ticks,
+            ticktext=[f"{t:g}x" for t in ticks],
+        ),
+        **_LAYOUT,
+    )
     return _figure(fig)
 
 
-def for_stage(name: str, metrics: dict[str, Any], evidence: dict[str, Any], budgets: dict[str, Any]) -> list[dict[str, Any]]:
+def for_stage(
+    name: str, metrics: dict[str, Any], evidence: dict[str, Any], budgets: dict[str, Any]
+) -> list[dict[str, Any]]:
     if name == "probes":
         return probe_errors(metrics)
     if name == "canary":

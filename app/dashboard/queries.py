@@ -65,7 +65,9 @@ class BoardRow(BaseModel):
     status: str
     verdict: str | None
     caught_by: str | None
-    stages: dict[str, StageStatus] = Field(description="the entry's, as GET /v1/leaderboard shows it; an unranked run's own")
+    stages: dict[str, StageStatus] = Field(
+        description="the entry's, as GET /v1/leaderboard shows it; an unranked run's own"
+    )
     benchmark_rank: int | None
     audited_rank: int | None
     audited: bool
@@ -112,22 +114,44 @@ class SubmissionView(BaseModel):
 
 
 def problems(session: Session) -> list[ProblemSummary]:
-    counts = dict(session.execute(select(Submission.problem_name, func.count()).group_by(Submission.problem_name)).all())
-    active = dict(session.execute(
-        select(Submission.problem_name, func.count()).join(Audit, Audit.submission_id == Submission.id)
-        .where(Audit.status.in_(ACTIVE)).group_by(Submission.problem_name)).all())
+    counts = dict(
+        session.execute(select(Submission.problem_name, func.count()).group_by(Submission.problem_name)).all()
+    )
+    active = dict(
+        session.execute(
+            select(Submission.problem_name, func.count())
+            .join(Audit, Audit.submission_id == Submission.id)
+            .where(Audit.status.in_(ACTIVE))
+            .group_by(Submission.problem_name)
+        ).all()
+    )
     passing = E.passes_benchmark.is_(True)
-    board = {r[0]: (int(r[1] or 0), int(r[2] or 0)) for r in session.execute(
-        select(E.problem_name, func.sum(case((passing, 1), else_=0)),
-               func.sum(case((and_(passing, E.status == AuditStatus.failed), 1), else_=0)))
-        .group_by(E.problem_name)).all()}
-    return [ProblemSummary(name=name, description=(desc or "").strip().split("\n")[0][:200], submissions=counts.get(name, 0),
-                           in_progress=active.get(name, 0), passed_benchmark=board.get(name, (0, 0))[0],
-                           caught=board.get(name, (0, 0))[1])
-            for name, desc in session.execute(select(Problem.name, Problem.description)
-                                              # public problems only: uploads are private until an admin publishes them
-                                              .where(Problem.public.is_(True), Problem.deleted_at.is_(None))
-                                              .order_by(Problem.name))]
+    board = {
+        r[0]: (int(r[1] or 0), int(r[2] or 0))
+        for r in session.execute(
+            select(
+                E.problem_name,
+                func.sum(case((passing, 1), else_=0)),
+                func.sum(case((and_(passing, E.status == AuditStatus.failed), 1), else_=0)),
+            ).group_by(E.problem_name)
+        ).all()
+    }
+    return [
+        ProblemSummary(
+            name=name,
+            description=(desc or "").strip().split("\n")[0][:200],
+            submissions=counts.get(name, 0),
+            in_progress=active.get(name, 0),
+            passed_benchmark=board.get(name, (0, 0))[0],
+            caught=board.get(name, (0, 0))[1],
+        )
+        for name, desc in session.execute(
+            select(Problem.name, Problem.description)
+            # public problems only: uploads are private until an admin publishes them
+            .where(Problem.public.is_(True), Problem.deleted_at.is_(None))
+            .order_by(Problem.name)
+        )
+    ]
 
 
 def board_stages(rows: Iterable[BoardRow]) -> tuple[str, ...]:
@@ -140,20 +164,46 @@ def board_stages(rows: Iterable[BoardRow]) -> tuple[str, ...]:
 
 
 def _row(e: LeaderboardEntry, own: dict[str, StageStatus]) -> BoardRow:
-    common = dict(submission_id=e.submission_id, submitter=e.submitter, solution_name=e.solution_name,
-                  hardware=e.hardware, passes_benchmark=e.passes_benchmark, status=e.status,
-                  benchmark_rank=e.benchmark_rank, audited_rank=e.audited_rank, finished_at=e.finished_at)
+    common = dict(
+        submission_id=e.submission_id,
+        submitter=e.submitter,
+        solution_name=e.solution_name,
+        hardware=e.hardware,
+        passes_benchmark=e.passes_benchmark,
+        status=e.status,
+        benchmark_rank=e.benchmark_rank,
+        audited_rank=e.audited_rank,
+        finished_at=e.finished_at,
+    )
     if e.row_json is not None:  # an entry: its numbers, verdict, catch and stages cover every run folded into it
         entry = LeaderboardRow.model_validate_json(e.row_json)
-        return BoardRow(**common, stages=entry.stages, kernel_ms=entry.kernel_ms, speedup=entry.speedup,
-                        speedup_ci=entry.speedup_ci, runs=entry.runs, tied=entry.tied, indicative=entry.indicative,
-                        verdict=entry.verdict, caught_by=entry.caught_by, audited=e.audited_rank is not None,
-                        caught=e.audited_rank is None)
+        return BoardRow(
+            **common,
+            stages=entry.stages,
+            kernel_ms=entry.kernel_ms,
+            speedup=entry.speedup,
+            speedup_ci=entry.speedup_ci,
+            runs=entry.runs,
+            tied=entry.tied,
+            indicative=entry.indicative,
+            verdict=entry.verdict,
+            caught_by=entry.caught_by,
+            audited=e.audited_rank is not None,
+            caught=e.audited_rank is None,
+        )
     ci = [e.speedup_lo, e.speedup_hi] if e.speedup_lo is not None and e.speedup_hi is not None else None
-    return BoardRow(**common, stages=own, kernel_ms=e.kernel_ms, speedup=e.speedup, speedup_ci=ci,
-                    indicative=bool(e.indicative), verdict=e.verdict, caught_by=e.caught_by,
-                    audited=e.passes_benchmark is True and e.status == AuditStatus.passed,
-                    caught=e.passes_benchmark is True and e.status == AuditStatus.failed)
+    return BoardRow(
+        **common,
+        stages=own,
+        kernel_ms=e.kernel_ms,
+        speedup=e.speedup,
+        speedup_ci=ci,
+        indicative=bool(e.indicative),
+        verdict=e.verdict,
+        caught_by=e.caught_by,
+        audited=e.passes_benchmark is True and e.status == AuditStatus.passed,
+        caught=e.passes_benchmark is True and e.status == AuditStatus.failed,
+    )
 
 
 def _shown(row: BoardRow, show: RowFilter) -> bool:
@@ -174,8 +224,11 @@ def board(session: Session, problem: str, show: RowFilter) -> list[BoardRow]:
     submitted again) is not listed on its own: the entry counts it. A kernel an audit caught stays where the
     benchmark puts it, marked, with no audited rank."""
     listed = (E.problem_name == problem, E.folded_into.is_(None))
-    stmt = select(E).where(*listed).order_by(E.position.is_(None), E.hardware == CPU, E.hardware, E.position,
-                                             E.finished_at.desc())
+    stmt = (
+        select(E)
+        .where(*listed)
+        .order_by(E.position.is_(None), E.hardware == CPU, E.hardware, E.position, E.finished_at.desc())
+    )
     stages = audits.stage_statuses(session, select(E.audit_id).where(*listed))
     return [r for r in (_row(e, stages.get(e.audit_id, {})) for e in session.scalars(stmt)) if _shown(r, show)]
 
@@ -184,7 +237,9 @@ def in_progress(session: Session, problem: str) -> list[InProgress]:
     rows = session.execute(
         select(Submission.id, Submission.submitter, Submission.solution_name, Audit.status)
         .join(Audit, Audit.submission_id == Submission.id)
-        .where(Submission.problem_name == problem, Audit.status.in_(ACTIVE)).order_by(Audit.created_at)).all()
+        .where(Submission.problem_name == problem, Audit.status.in_(ACTIVE))
+        .order_by(Audit.created_at)
+    ).all()
     return [InProgress(submission_id=r[0], submitter=r[1], solution_name=r[2], status=r[3]) for r in rows]
 
 
@@ -195,7 +250,11 @@ def _diagnosis(row: StageResultRow) -> list[str]:
 
 def _evidence(row: StageResultRow) -> str:
     text = json.dumps({"metrics": row.metrics, "evidence": row.evidence}, indent=1, sort_keys=True, default=str)
-    return text if len(text) <= EVIDENCE_CHARS else text[:EVIDENCE_CHARS] + "\n... (truncated: the full record is in the API)"
+    return (
+        text
+        if len(text) <= EVIDENCE_CHARS
+        else text[:EVIDENCE_CHARS] + "\n... (truncated: the full record is in the API)"
+    )
 
 
 def submission(session: Session, submission_id: str) -> SubmissionView | None:
@@ -205,25 +264,52 @@ def submission(session: Session, submission_id: str) -> SubmissionView | None:
     audit = audits.latest_audit(session, sub.id)
     if audit is None:
         return None
-    rows = list(session.scalars(select(StageResultRow).where(StageResultRow.audit_id == audit.id).order_by(StageResultRow.position)))
+    rows = list(
+        session.scalars(
+            select(StageResultRow).where(StageResultRow.audit_id == audit.id).order_by(StageResultRow.position)
+        )
+    )
     done = audit.status in FINISHED
     probes = next((r for r in rows if r.name == "probes"), None)
     budgets = (probes.evidence.get("budgets") or {}) if probes is not None and isinstance(probes.evidence, dict) else {}
     entry = session.get(LeaderboardEntry, sub.id)
     current = entry is not None and entry.attempt == audit.attempt
-    shown = session.get(LeaderboardEntry, entry.folded_into) if current and entry is not None and entry.folded_into else entry
-    stages = [StageView(name=r.name, status=r.status, summary=r.summary, diagnosis=_diagnosis(r), duration_s=r.duration_s,
-                        evidence_json=_evidence(r) if done else None,
-                        plots=plots.for_stage(r.name, r.metrics or {}, r.evidence or {}, budgets)) for r in rows]
-    return SubmissionView(id=sub.id, problem=sub.problem_name, submitter=sub.submitter, solution_name=sub.solution_name,
-                          created_at=sub.created_at, attempt=audit.attempt, status=audit.status, finished=done,
-                          verdict=audit.verdict, summary=audit.summary, stages=stages,
-                          benchmark_rank=shown.benchmark_rank if current and shown is not None else None,
-                          audited_rank=shown.audited_rank if current and shown is not None else None,
-                          folded_into=entry.folded_into if current and entry is not None else None,
-                          entry_runs=shown.runs if current and shown is not None else None,
-                          hardware=entry.hardware if current and entry is not None else None,
-                          speedup_ci=_ci(entry) if current and entry is not None else None)
+    shown = (
+        session.get(LeaderboardEntry, entry.folded_into)
+        if current and entry is not None and entry.folded_into
+        else entry
+    )
+    stages = [
+        StageView(
+            name=r.name,
+            status=r.status,
+            summary=r.summary,
+            diagnosis=_diagnosis(r),
+            duration_s=r.duration_s,
+            evidence_json=_evidence(r) if done else None,
+            plots=plots.for_stage(r.name, r.metrics or {}, r.evidence or {}, budgets),
+        )
+        for r in rows
+    ]
+    return SubmissionView(
+        id=sub.id,
+        problem=sub.problem_name,
+        submitter=sub.submitter,
+        solution_name=sub.solution_name,
+        created_at=sub.created_at,
+        attempt=audit.attempt,
+        status=audit.status,
+        finished=done,
+        verdict=audit.verdict,
+        summary=audit.summary,
+        stages=stages,
+        benchmark_rank=shown.benchmark_rank if current and shown is not None else None,
+        audited_rank=shown.audited_rank if current and shown is not None else None,
+        folded_into=entry.folded_into if current and entry is not None else None,
+        entry_runs=shown.runs if current and shown is not None else None,
+        hardware=entry.hardware if current and entry is not None else None,
+        speedup_ci=_ci(entry) if current and entry is not None else None,
+    )
 
 
 def _ci(e: LeaderboardEntry) -> list[float] | None:

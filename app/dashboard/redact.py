@@ -28,9 +28,11 @@ class Shown(BaseModel):
 
 
 def _stage_metrics(session: Session, submission_id: str, attempt: int) -> dict[str, Any]:
-    rows = session.execute(select(StageResultRow.name, StageResultRow.metrics)
-                           .join(Audit, Audit.id == StageResultRow.audit_id)
-                           .where(Audit.submission_id == submission_id, Audit.attempt == attempt)).all()
+    rows = session.execute(
+        select(StageResultRow.name, StageResultRow.metrics)
+        .join(Audit, Audit.id == StageResultRow.audit_id)
+        .where(Audit.submission_id == submission_id, Audit.attempt == attempt)
+    ).all()
     return {name: metrics for name, metrics in rows}
 
 
@@ -44,8 +46,7 @@ def _numbers_json(metrics: Any) -> str | None:
 
 def _public_stage(stage: StageView, metrics: Any, finished: bool) -> StageView:
     # no summary (it quotes the submission); numbers only once the audit has finished, as the full page's evidence
-    return stage.model_copy(update={"summary": "",
-                                    "evidence_json": _numbers_json(metrics) if finished else None})
+    return stage.model_copy(update={"summary": "", "evidence_json": _numbers_json(metrics) if finished else None})
 
 
 def for_viewer(session: Session, view: SubmissionView, who: Principal | None) -> Shown:

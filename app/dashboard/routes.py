@@ -50,9 +50,12 @@ STATIC = {
 
 # plotly.js inserts a <style> of its own as it loads (its map traces' CSS), unless an element with that id exists: the
 # pages with plots create each one, empty and with the CSP nonce, so the policy has nothing to refuse (no map is drawn)
-_LOAD_TIME_STYLE = re.compile(r'document\.getElementById\("([A-Za-z0-9_.-]+)"\)\)\{var \w+=document\.createElement\("style"\)')
+_LOAD_TIME_STYLE = re.compile(
+    r'document\.getElementById\("([A-Za-z0-9_.-]+)"\)\)\{var \w+=document\.createElement\("style"\)'
+)
 templates.env.globals["plotly_load_time_styles"] = tuple(
-    dict.fromkeys(_LOAD_TIME_STYLE.findall(STATIC["plotly.min.js"][0].read_text(errors="replace"))))
+    dict.fromkeys(_LOAD_TIME_STYLE.findall(STATIC["plotly.min.js"][0].read_text(errors="replace")))
+)
 
 
 # ---------------------------------------------------------------- what the templates format
@@ -106,8 +109,16 @@ templates.env.globals["utcnow"] = utcnow
 
 # ---------------------------------------------------------------- error pages
 
-TITLES = {400: "Bad request", 401: "Key needed", 403: "Not allowed", 404: "Not found", 405: "Method not allowed",
-          422: "Not a valid request", 500: "Something went wrong", 503: "Temporarily unavailable"}
+TITLES = {
+    400: "Bad request",
+    401: "Key needed",
+    403: "Not allowed",
+    404: "Not found",
+    405: "Method not allowed",
+    422: "Not a valid request",
+    500: "Something went wrong",
+    503: "Temporarily unavailable",
+}
 MESSAGES = {
     403: "This page is not yours to see.",
     404: "There is nothing at this address.",
@@ -127,13 +138,21 @@ async def _error_viewer(request: Request, status: int) -> Principal | None:
         return None
 
 
-async def error_page(request: Request, status: int, detail: str | None = None,
-                     headers: Mapping[str, str] | None = None) -> Response:
+async def error_page(
+    request: Request, status: int, detail: str | None = None, headers: Mapping[str, str] | None = None
+) -> Response:
     who = await _error_viewer(request, status)
-    context = {"status": status, "title": TITLES.get(status, "Error"), "message": MESSAGES.get(status, ""),
-               "detail": detail if status < 500 else None, "path": request.url.path, "viewer": who}
-    return templates.TemplateResponse(request, "error.html", context, status_code=status,
-                                      headers={"Cache-Control": "no-store", **(headers or {})})
+    context = {
+        "status": status,
+        "title": TITLES.get(status, "Error"),
+        "message": MESSAGES.get(status, ""),
+        "detail": detail if status < 500 else None,
+        "path": request.url.path,
+        "viewer": who,
+    }
+    return templates.TemplateResponse(
+        request, "error.html", context, status_code=status, headers={"Cache-Control": "no-store", **(headers or {})}
+    )
 
 
 class DashboardRoute(APIRoute):
@@ -151,10 +170,12 @@ class DashboardRoute(APIRoute):
             except RequestValidationError as err:
                 fields = ", ".join(str(e.get("loc", ("",))[-1]) for e in err.errors()[:5])
                 return await error_page(request, 422, f"not understood: {fields}" if fields else None)
-            except Exception as err:  # noqa: BLE001 - a page, not a traceback, and the traceback in the log
+            except Exception as err:  # a page, not a traceback, and the traceback in the log
                 down = unreachable(err)
                 if down is not None:
-                    log.warning("%s %s: the %s is unreachable: %s", request.method, request.url.path, down, type(err).__name__)
+                    log.warning(
+                        "%s %s: the %s is unreachable: %s", request.method, request.url.path, down, type(err).__name__
+                    )
                     return await error_page(request, 503, headers={"Retry-After": str(RETRY_AFTER_S)})
                 log.exception("%s %s failed", request.method, request.url.path)
                 return await error_page(request, 500)
@@ -179,8 +200,11 @@ class UnknownAddress(DashboardRoute):
         app = scope.get("app")
         if app is not None:
             # the address itself, and with its trailing slash toggled (the router redirects to that one)
-            variants = [scope] if path == "/" else [scope, {**scope, "path": scope["path"][:-1] if path.endswith("/")
-                                                           else scope["path"] + "/"}]
+            variants = (
+                [scope]
+                if path == "/"
+                else [scope, {**scope, "path": scope["path"][:-1] if path.endswith("/") else scope["path"] + "/"}]
+            )
             scope[_PROBING] = True
             try:
                 for probe in variants:
@@ -212,8 +236,9 @@ def favicon() -> FileResponse:
     return FileResponse(path, media_type=media, headers={"Cache-Control": "public, max-age=86400"})
 
 
-def _page(request: Request, name: str, who: Principal | None, context: dict[str, Any],
-          headers: dict[str, str] | None = None) -> Response:
+def _page(
+    request: Request, name: str, who: Principal | None, context: dict[str, Any], headers: dict[str, str] | None = None
+) -> Response:
     return templates.TemplateResponse(request, name, {**context, "viewer": who}, headers=headers)
 
 
@@ -226,8 +251,12 @@ def login_page(next: Annotated[str, Query(max_length=2000)] = "/") -> Response:
 
 
 @router.post("/key")
-async def key_form(request: Request, services: ServicesDep, key: Annotated[str, Form(max_length=200)],
-                   next: Annotated[str, Form(max_length=2000)] = "/") -> Response:
+async def key_form(
+    request: Request,
+    services: ServicesDep,
+    key: Annotated[str, Form(max_length=200)],
+    next: Annotated[str, Form(max_length=2000)] = "/",
+) -> Response:
     return await open_with_key(request, services, key, next)
 
 
@@ -252,8 +281,15 @@ def problems_page(request: Request, services: ServicesDep, gate: GateDep, who: V
 
 
 @router.get("/problems/{problem}", response_class=HTMLResponse)
-def leaderboard_page(request: Request, problem: str, services: ServicesDep, gate: GateDep, who: ViewerDep,
-                     want: ListingQuery, show: queries.RowFilter = queries.RowFilter.all) -> Response:
+def leaderboard_page(
+    request: Request,
+    problem: str,
+    services: ServicesDep,
+    gate: GateDep,
+    who: ViewerDep,
+    want: ListingQuery,
+    show: queries.RowFilter = queries.RowFilter.all,
+) -> Response:
     if gate is not None:
         return gate
     with services.sessions() as session:
@@ -262,14 +298,33 @@ def leaderboard_page(request: Request, problem: str, services: ServicesDep, gate
         page = listing.board_page(session, problem, show, want)
         live = listing.live_audits(session, problem)
         history = listing.history_figure(session, problem)
-    return _page(request, "leaderboard.html", who, {
-        "problem": problem, "page": page, "want": want, "show": show, "filters": list(queries.RowFilter),
-        "stages": queries.board_stages(page.rows), "live": live, "live_problem": problem, "history": history})
+    return _page(
+        request,
+        "leaderboard.html",
+        who,
+        {
+            "problem": problem,
+            "page": page,
+            "want": want,
+            "show": show,
+            "filters": list(queries.RowFilter),
+            "stages": queries.board_stages(page.rows),
+            "live": live,
+            "live_problem": problem,
+            "history": history,
+        },
+    )
 
 
 @router.get("/submissions", response_class=HTMLResponse)
-def submissions_list(request: Request, services: ServicesDep, gate: GateDep, who: ViewerDep, want: ListingQuery,
-                     problem: Annotated[str | None, Query(max_length=200)] = None) -> Response:
+def submissions_list(
+    request: Request,
+    services: ServicesDep,
+    gate: GateDep,
+    who: ViewerDep,
+    want: ListingQuery,
+    problem: Annotated[str | None, Query(max_length=200)] = None,
+) -> Response:
     if gate is not None:
         return gate
     with services.sessions() as session:
@@ -277,14 +332,23 @@ def submissions_list(request: Request, services: ServicesDep, gate: GateDep, who
             raise HTTPException(404, f"unknown problem '{problem[:200]}'")
         page = listing.submissions_page(session, want, problem or None)
         live = listing.live_audits(session, problem or None)
-    return _page(request, "submissions.html", who, {"page": page, "want": want, "problem": problem or None,
-                                                   "live": live, "live_problem": problem or None})
+    return _page(
+        request,
+        "submissions.html",
+        who,
+        {"page": page, "want": want, "problem": problem or None, "live": live, "live_problem": problem or None},
+    )
 
 
 @router.get("/live", response_class=HTMLResponse)
-def live_fragment(request: Request, services: ServicesDep, gate: GateDep, who: ViewerDep,
-                  problem: Annotated[str | None, Query(max_length=200)] = None,
-                  track: Annotated[str, Query(max_length=2000)] = "") -> Response:
+def live_fragment(
+    request: Request,
+    services: ServicesDep,
+    gate: GateDep,
+    who: ViewerDep,
+    problem: Annotated[str | None, Query(max_length=200)] = None,
+    track: Annotated[str, Query(max_length=2000)] = "",
+) -> Response:
     """The live progress view alone (the audits queued or running, and the tracked ones that finished since), for
     dashboard.js to swap in every few seconds. Public summary only: statuses, stages, times, queue positions."""
     if gate is not None:
@@ -292,11 +356,18 @@ def live_fragment(request: Request, services: ServicesDep, gate: GateDep, who: V
     with services.sessions() as session:
         live = listing.live_audits(session, problem or None, listing.tracked_ids(track))
     active = sum(1 for a in live if not a.finished)
-    return _page(request, "_live.html", who, {"live": live, "live_problem": problem or None},
-                 headers={"Cache-Control": "no-store", "X-Live-Active": str(active)})
+    return _page(
+        request,
+        "_live.html",
+        who,
+        {"live": live, "live_problem": problem or None},
+        headers={"Cache-Control": "no-store", "X-Live-Active": str(active)},
+    )
 
 
-def _submission(services: ServicesDep, submission_id: str, who: Principal | None) -> tuple[Shown, listing.LiveAudit | None]:
+def _submission(
+    services: ServicesDep, submission_id: str, who: Principal | None
+) -> tuple[Shown, listing.LiveAudit | None]:
     with services.sessions() as session:
         view = queries.submission(session, submission_id)
         if view is None:
@@ -305,24 +376,38 @@ def _submission(services: ServicesDep, submission_id: str, who: Principal | None
 
 
 @router.get("/submissions/{submission_id}", response_class=HTMLResponse)
-def submission_page(request: Request, submission_id: str, services: ServicesDep, gate: GateDep, who: ViewerDep) -> Response:
+def submission_page(
+    request: Request, submission_id: str, services: ServicesDep, gate: GateDep, who: ViewerDep
+) -> Response:
     if gate is not None:
         return gate
     shown, progress = _submission(services, submission_id, who)
     # a page with a submission's private details is for this browser only
     headers = None if shown.private_hidden else {"Cache-Control": "private, no-store"}
-    return _page(request, "submission.html", who,
-                 {"s": shown.view, "private_hidden": shown.private_hidden, "progress": progress}, headers)
+    return _page(
+        request,
+        "submission.html",
+        who,
+        {"s": shown.view, "private_hidden": shown.private_hidden, "progress": progress},
+        headers,
+    )
 
 
 @router.get("/submissions/{submission_id}/live", response_class=HTMLResponse)
-def submission_fragment(request: Request, submission_id: str, services: ServicesDep, gate: GateDep, who: ViewerDep) -> Response:
+def submission_fragment(
+    request: Request, submission_id: str, services: ServicesDep, gate: GateDep, who: ViewerDep
+) -> Response:
     """The audit part of the submission page, for dashboard.js to swap in while the audit runs."""
     if gate is not None:
         return gate
     shown, progress = _submission(services, submission_id, who)
-    return _page(request, "_audit.html", who, {"s": shown.view, "private_hidden": shown.private_hidden, "progress": progress},
-                 headers={"Cache-Control": "no-store", "X-Audit-Status": shown.view.status})
+    return _page(
+        request,
+        "_audit.html",
+        who,
+        {"s": shown.view, "private_hidden": shown.private_hidden, "progress": progress},
+        headers={"Cache-Control": "no-store", "X-Audit-Status": shown.view.status},
+    )
 
 
 # ---------------------------------------------------------------- any other address
@@ -335,6 +420,12 @@ async def unknown_address(request: Request) -> Response:
     return error_response(404, "Not Found")
 
 
-router.add_api_route("/{path:path}", unknown_address, include_in_schema=False, name="unknown_address",
-                    methods=["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"], response_class=HTMLResponse,
-                    route_class_override=UnknownAddress)
+router.add_api_route(
+    "/{path:path}",
+    unknown_address,
+    include_in_schema=False,
+    name="unknown_address",
+    methods=["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"],
+    response_class=HTMLResponse,
+    route_class_override=UnknownAddress,
+)

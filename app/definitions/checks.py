@@ -34,12 +34,21 @@ def storage_errors(bundle: DefinitionBundle) -> list[FieldError]:
     errors = []
     name = bundle.definition.name
     if len(name) > MAX_UPLOAD_NAME_CHARS:
-        errors.append(FieldError(field="definition.name", reason=(
-            f"{len(name)} characters; an uploaded definition's name may have at most {MAX_UPLOAD_NAME_CHARS} (its "
-            f"address adds '{SEPARATOR}' and your {NAMESPACE_CHARS}-character namespace, up to 200): shorten it")))
+        errors.append(
+            FieldError(
+                field="definition.name",
+                reason=(
+                    f"{len(name)} characters; an uploaded definition's name may have at most {MAX_UPLOAD_NAME_CHARS} (its "
+                    f"address adds '{SEPARATOR}' and your {NAMESPACE_CHARS}-character namespace, up to 200): shorten it"
+                ),
+            )
+        )
     for field, text, is_key in _strings(bundle.document(), ""):
         reason = unstorable_reason(text)
         if reason is not None:
-            errors.append(FieldError(field=field or "(body)",
-                                     reason=(f"the key '{_shown(text)[:60]}' " if is_key else "") + reason))
+            errors.append(
+                FieldError(
+                    field=field or "(body)", reason=(f"the key '{_shown(text)[:60]}' " if is_key else "") + reason
+                )
+            )
     return errors

@@ -11,14 +11,23 @@ from worker.formats.bundle import DefinitionBundle
 router = APIRouter(prefix="/v1/definitions", tags=["definitions"])
 
 
-@router.post("", status_code=201, response_model=DefinitionStored,
-             responses={200: {"description": "this exact definition was already stored"},
-                        403: {"description": "this deployment audits its curated catalogue only"},
-                        409: {"description": "you already uploaded another definition under this name"},
-                        422: {"description": "the definition or its workloads are invalid, or cannot be stored as sent "
-                                             "(a name too long, NUL characters or lone surrogates)"}})
-def upload_definition(bundle: DefinitionBundle, principal: PrincipalDep, services: ServicesDep, uow: UnitOfWorkDep,
-                      response: Response) -> DefinitionStored:
+@router.post(
+    "",
+    status_code=201,
+    response_model=DefinitionStored,
+    responses={
+        200: {"description": "this exact definition was already stored"},
+        403: {"description": "this deployment audits its curated catalogue only"},
+        409: {"description": "you already uploaded another definition under this name"},
+        422: {
+            "description": "the definition or its workloads are invalid, or cannot be stored as sent "
+            "(a name too long, NUL characters or lone surrogates)"
+        },
+    },
+)
+def upload_definition(
+    bundle: DefinitionBundle, principal: PrincipalDep, services: ServicesDep, uow: UnitOfWorkDep, response: Response
+) -> DefinitionStored:
     """Upload a SOL-ExecBench definition with its workloads (as `{definition, workloads, workloads_cpu?}`).
 
     It is stored in your key's namespace, at `<definition name>@<namespace>` (never a catalogue name), and is private
@@ -28,6 +37,13 @@ def upload_definition(bundle: DefinitionBundle, principal: PrincipalDep, service
     row, created = service.store_definition(uow, services, principal, bundle)
     if not created:
         response.status_code = 200
-    return DefinitionStored(name=row.name, definition_name=bundle.definition.name, namespace=row.namespace,
-                            content_hash=row.content_hash, origin=row.origin, public=row.public, created=created,
-                            problem_url=f"/v1/problems/{row.name}")
+    return DefinitionStored(
+        name=row.name,
+        definition_name=bundle.definition.name,
+        namespace=row.namespace,
+        content_hash=row.content_hash,
+        origin=row.origin,
+        public=row.public,
+        created=created,
+        problem_url=f"/v1/problems/{row.name}",
+    )

@@ -32,30 +32,49 @@ def store(session: Session, principal: Principal, bundle: DefinitionBundle) -> t
     existing = session.get(Problem, address)
     if existing is not None:
         if existing.content_hash != digest:
-            why = ("a definition you deleted, kept for the submissions made against it" if existing.deleted_at is not None
-                   else "another definition you uploaded")
-            raise NameTaken(f"'{name}' is already the name of {why} ({address}); give this one another name (definition.name)")
+            why = (
+                "a definition you deleted, kept for the submissions made against it"
+                if existing.deleted_at is not None
+                else "another definition you uploaded"
+            )
+            raise NameTaken(
+                f"'{name}' is already the name of {why} ({address}); give this one another name (definition.name)"
+            )
         if existing.deleted_at is None:
             return existing, False
         existing.deleted_at = None  # the same documents again: its own record comes back, private as any upload
         existing.public = False
         session.flush()
         return existing, True
-    row = Problem(name=address, description=bundle.definition.description, content_hash=digest,
-                  definition=bundle.definition.model_dump(mode="json"), probes=[], synced_at=utcnow(),
-                  origin=ORIGIN_UPLOADED, namespace=namespace, public=False, bundle=bundle.document(),
-                  uploaded_by=principal.key_id)
+    row = Problem(
+        name=address,
+        description=bundle.definition.description,
+        content_hash=digest,
+        definition=bundle.definition.model_dump(mode="json"),
+        probes=[],
+        synced_at=utcnow(),
+        origin=ORIGIN_UPLOADED,
+        namespace=namespace,
+        public=False,
+        bundle=bundle.document(),
+        uploaded_by=principal.key_id,
+    )
     session.add(row)
     session.flush()
     return row, True
 
 
-def store_definition(uow: UnitOfWork, services: Services, principal: Principal, bundle: DefinitionBundle) -> tuple[Problem, bool]:
+def store_definition(
+    uow: UnitOfWork, services: Services, principal: Principal, bundle: DefinitionBundle
+) -> tuple[Problem, bool]:
     """The API's way in (POST /v1/definitions, or a definition sent with a submission): the operator's setting, what
     storage needs, then store."""
     if not services.settings.accept_uploaded_definitions:
-        raise ApiError(403, "this deployment audits its curated catalogue only (KAUDIT_ACCEPT_UPLOADED_DEFINITIONS=false)",
-                       [FieldError(field="definition", reason="uploaded definitions are not accepted here")])
+        raise ApiError(
+            403,
+            "this deployment audits its curated catalogue only (KAUDIT_ACCEPT_UPLOADED_DEFINITIONS=false)",
+            [FieldError(field="definition", reason="uploaded definitions are not accepted here")],
+        )
     errors = storage_errors(bundle)
     if errors:
         raise ApiError(422, "invalid definition: it cannot be stored as sent", errors)

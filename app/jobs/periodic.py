@@ -19,7 +19,9 @@ log = logging.getLogger(__name__)
 class PeriodicThread:
     """Runs `work(sessions)` at start and then every `interval_s`, on its own one-connection engine."""
 
-    def __init__(self, name: str, settings: Settings, interval_s: float, work: Callable[[sessionmaker[Session]], object]) -> None:
+    def __init__(
+        self, name: str, settings: Settings, interval_s: float, work: Callable[[sessionmaker[Session]], object]
+    ) -> None:
         self.name, self._settings, self._interval_s, self._work = name, settings, interval_s, work
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None

@@ -66,7 +66,9 @@ class WorkerResources:
                 self.parent_warm_s.update(warm_parent(torch.device(device), catalogue))
                 log.info("canary warm-up on %s: %s", device, self.parent_warm_s)
             except Exception:  # noqa: BLE001 - a failed warm-up costs the first audit its time, nothing else
-                log.warning("canary warm-up on %s failed; the first audit pays its first training", device, exc_info=True)
+                log.warning(
+                    "canary warm-up on %s failed; the first audit pays its first training", device, exc_info=True
+                )
             finally:
                 done.set()
 

@@ -20,9 +20,13 @@ def kernel_hash(solution: dict[str, Any]) -> str:
     if languages is None and spec.get("language") is not None:
         languages = [spec["language"]]
     sources = sorted(
-        ((str(s.get("path")), str(s.get("content"))) for s in solution.get("sources") or [] if isinstance(s, dict)))
-    body = {"sources": sources, "entry_point": spec.get("entry_point"),
-            "languages": sorted(str(x) for x in languages or [])}
+        ((str(s.get("path")), str(s.get("content"))) for s in solution.get("sources") or [] if isinstance(s, dict))
+    )
+    body = {
+        "sources": sources,
+        "entry_point": spec.get("entry_point"),
+        "languages": sorted(str(x) for x in languages or []),
+    }
     return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 

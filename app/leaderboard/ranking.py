@@ -61,8 +61,12 @@ class Run(BaseModel):
 
     @property
     def ranked(self) -> bool:
-        return (self.status in RANKED_STATUSES and self.passes_benchmark is True
-                and self.speedup is not None and self.speedup > 0)
+        return (
+            self.status in RANKED_STATUSES
+            and self.passes_benchmark is True
+            and self.speedup is not None
+            and self.speedup > 0
+        )
 
     @property
     def interval(self) -> tuple[float, float]:
@@ -121,13 +125,25 @@ def _entry(hardware: str, kernel_hash: str, runs: list[Run]) -> Entry:
     speedup = _median(r.speedup for r in runs)
     assert speedup is not None
     return Entry(
-        hardware=hardware, kernel_hash=kernel_hash, submission_id=first.submission_id, submitter=first.submitter,
-        solution_name=first.solution_name, submitted_at=first.submitted_at, submission_ids=[r.submission_id for r in runs], runs=len(runs),
-        speedup=speedup, speedup_lo=min(r.interval[0] for r in runs), speedup_hi=max(r.interval[1] for r in runs),
-        kernel_ms=_median(r.kernel_ms for r in runs), reference_ms=_median(r.reference_ms for r in runs),
-        verdict="fail" if caught else "pass", caught_by=next((r.caught_by for r in caught if r.caught_by), None),
-        numerically_sound=(all(sound) if sound else None), indicative=any(r.indicative for r in runs),
-        audited_at=max(finished) if finished else None, stages=_stages(runs),
+        hardware=hardware,
+        kernel_hash=kernel_hash,
+        submission_id=first.submission_id,
+        submitter=first.submitter,
+        solution_name=first.solution_name,
+        submitted_at=first.submitted_at,
+        submission_ids=[r.submission_id for r in runs],
+        runs=len(runs),
+        speedup=speedup,
+        speedup_lo=min(r.interval[0] for r in runs),
+        speedup_hi=max(r.interval[1] for r in runs),
+        kernel_ms=_median(r.kernel_ms for r in runs),
+        reference_ms=_median(r.reference_ms for r in runs),
+        verdict="fail" if caught else "pass",
+        caught_by=next((r.caught_by for r in caught if r.caught_by), None),
+        numerically_sound=(all(sound) if sound else None),
+        indicative=any(r.indicative for r in runs),
+        audited_at=max(finished) if finished else None,
+        stages=_stages(runs),
     )
 
 

@@ -63,10 +63,17 @@ def refresh_entry(session: Session, audit_id: str) -> list[RankChange]:
 
 def rebuild(session: Session) -> int:
     """Every submission's row from its latest finished audit, then every problem re-ranked (the migration's backfill)."""
-    latest = (select(Audit.submission_id, func.max(Audit.attempt).label("attempt"))
-              .where(Audit.status.in_(FINISHED)).group_by(Audit.submission_id).subquery())
-    ids = session.scalars(select(Audit.id).join(latest, (latest.c.submission_id == Audit.submission_id)
-                                                & (latest.c.attempt == Audit.attempt))).all()
+    latest = (
+        select(Audit.submission_id, func.max(Audit.attempt).label("attempt"))
+        .where(Audit.status.in_(FINISHED))
+        .group_by(Audit.submission_id)
+        .subquery()
+    )
+    ids = session.scalars(
+        select(Audit.id).join(
+            latest, (latest.c.submission_id == Audit.submission_id) & (latest.c.attempt == Audit.attempt)
+        )
+    ).all()
     problems = {p for p in (_write_entry(session, i) for i in ids) if p is not None}
     for p in sorted(problems):
         rerank(session, p)
@@ -75,9 +82,21 @@ def rebuild(session: Session) -> int:
 
 def _write_entry(session: Session, audit_id: str) -> str | None:
     head = session.execute(
-        select(Audit.attempt, Audit.status, Audit.verdict, Audit.finished_at, Audit.device, Submission.id,
-               Submission.problem_name, Submission.submitter, Submission.solution_name, Submission.source)
-        .join(Submission, Submission.id == Audit.submission_id).where(Audit.id == audit_id)).one_or_none()
+        select(
+            Audit.attempt,
+            Audit.status,
+            Audit.verdict,
+            Audit.finished_at,
+            Audit.device,
+            Submission.id,
+            Submission.problem_name,
+            Submission.submitter,
+            Submission.solution_name,
+            Submission.source,
+        )
+        .join(Submission, Submission.id == Audit.submission_id)
+        .where(Audit.id == audit_id)
+    ).one_or_none()
     if head is None or head.status not in FINISHED:
         return None
     # FOR NO KEY UPDATE: serialises the problem's re-ranking without blocking inserts that reference the problem
@@ -85,13 +104,27 @@ def _write_entry(session: Session, audit_id: str) -> str | None:
     entry = session.get(LeaderboardEntry, head.id, populate_existing=True)
     if entry is not None and entry.attempt > head.attempt:
         return None  # an older attempt finishing late (the reaper) does not replace a newer result
-    stages = {r.name: r for r in session.execute(
-        select(StageResultRow.name, StageResultRow.status, StageResultRow.metrics, StageResultRow.position)
-        .where(StageResultRow.audit_id == audit_id))}
-    values = dict(audit_id=audit_id, attempt=head.attempt, problem_name=head.problem_name, submitter=head.submitter,
-                  solution_name=head.solution_name, status=head.status, verdict=head.verdict, finished_at=head.finished_at,
-                  kernel_hash=identity.kernel_hash(head.source if isinstance(head.source, dict) else {}),
-                  hardware=_hardware(session, audit_id, head.device, stages.get("benchmark")), **_from_stages(stages))
+    stages = {
+        r.name: r
+        for r in session.execute(
+            select(StageResultRow.name, StageResultRow.status, StageResultRow.metrics, StageResultRow.position).where(
+                StageResultRow.audit_id == audit_id
+            )
+        )
+    }
+    values = dict(
+        audit_id=audit_id,
+        attempt=head.attempt,
+        problem_name=head.problem_name,
+        submitter=head.submitter,
+        solution_name=head.solution_name,
+        status=head.status,
+        verdict=head.verdict,
+        finished_at=head.finished_at,
+        kernel_hash=identity.kernel_hash(head.source if isinstance(head.source, dict) else {}),
+        hardware=_hardware(session, audit_id, head.device, stages.get("benchmark")),
+        **_from_stages(stages),
+    )
     if entry is None:
         session.add(LeaderboardEntry(submission_id=head.id, **values))
     else:
@@ -107,8 +140,11 @@ def _hardware(session: Session, audit_id: str, device: str | None, bench: Row[An
     timing = metrics.get("timing")
     if (device or "cpu").startswith("cuda") and not (isinstance(timing, dict) and timing.get("hardware")):
         # an audit from before the stage recorded its GPU's name: the trace environment in its evidence has it
-        found = session.scalar(select(StageResultRow.evidence).where(StageResultRow.audit_id == audit_id,
-                                                                     StageResultRow.name == "benchmark"))
+        found = session.scalar(
+            select(StageResultRow.evidence).where(
+                StageResultRow.audit_id == audit_id, StageResultRow.name == "benchmark"
+            )
+        )
         evidence = found if isinstance(found, dict) else {}
     return identity.hardware(device, metrics, evidence)
 
@@ -137,32 +173,63 @@ def _from_stages(stages: dict[str, Row[Any]]) -> dict[str, Any]:
     lo, hi = (_finite(ci[0]), _finite(ci[1])) if isinstance(ci, list) and len(ci) == 2 else (None, None)
     indicative = bm.get("indicative", timing.get("indicative"))
     # the verdict's own list where it has one (failures only: an error is inconclusive, never a catch)
-    caught = list(vm.get("caught_by") or []) if "caught_by" in vm else [s.name for s in sorted(stages.values(), key=lambda r: r.position)
-                                                   if s.name != "verdict" and s.status in FAILING]
-    return dict(kernel_ms=kernel, reference_ms=ref, speedup=speedup, speedup_lo=lo, speedup_hi=hi,
-                indicative=indicative if isinstance(indicative, bool) else None,
-                passes_benchmark=passes, numerically_sound=sound, caught_by=caught[0] if caught else None)
+    caught = (
+        list(vm.get("caught_by") or [])
+        if "caught_by" in vm
+        else [
+            s.name
+            for s in sorted(stages.values(), key=lambda r: r.position)
+            if s.name != "verdict" and s.status in FAILING
+        ]
+    )
+    return dict(
+        kernel_ms=kernel,
+        reference_ms=ref,
+        speedup=speedup,
+        speedup_lo=lo,
+        speedup_hi=hi,
+        indicative=indicative if isinstance(indicative, bool) else None,
+        passes_benchmark=passes,
+        numerically_sound=sound,
+        caught_by=caught[0] if caught else None,
+    )
 
 
 # ---------------------------------------------------------------- ranks
 
 
 def _run(e: LeaderboardEntry, submitted_at: datetime, stages: dict[str, StageStatus]) -> Run:
-    return Run(submission_id=e.submission_id, submitter=e.submitter, solution_name=e.solution_name,
-               submitted_at=submitted_at, finished_at=e.finished_at,
-               # a row written before hashes were kept is its own kernel until it is rewritten
-               kernel_hash=e.kernel_hash or f"submission:{e.submission_id}", hardware=e.hardware or "unknown",
-               status=e.status, verdict=e.verdict, passes_benchmark=e.passes_benchmark,
-               numerically_sound=e.numerically_sound, caught_by=e.caught_by, kernel_ms=e.kernel_ms,
-               reference_ms=e.reference_ms, speedup=e.speedup, speedup_lo=e.speedup_lo, speedup_hi=e.speedup_hi,
-               indicative=bool(e.indicative) or e.hardware == identity.CPU, stages=stages)
+    return Run(
+        submission_id=e.submission_id,
+        submitter=e.submitter,
+        solution_name=e.solution_name,
+        submitted_at=submitted_at,
+        finished_at=e.finished_at,
+        # a row written before hashes were kept is its own kernel until it is rewritten
+        kernel_hash=e.kernel_hash or f"submission:{e.submission_id}",
+        hardware=e.hardware or "unknown",
+        status=e.status,
+        verdict=e.verdict,
+        passes_benchmark=e.passes_benchmark,
+        numerically_sound=e.numerically_sound,
+        caught_by=e.caught_by,
+        kernel_ms=e.kernel_ms,
+        reference_ms=e.reference_ms,
+        speedup=e.speedup,
+        speedup_lo=e.speedup_lo,
+        speedup_hi=e.speedup_hi,
+        indicative=bool(e.indicative) or e.hardware == identity.CPU,
+        stages=stages,
+    )
 
 
 def rerank(session: Session, problem: str) -> list[RankChange]:
     """Recompute the problem's boards with app.leaderboard.ranking; only rows whose values moved are written."""
-    rows = session.execute(select(LeaderboardEntry, Submission.created_at)
-                           .join(Submission, Submission.id == LeaderboardEntry.submission_id)
-                           .where(LeaderboardEntry.problem_name == problem)).all()
+    rows = session.execute(
+        select(LeaderboardEntry, Submission.created_at)
+        .join(Submission, Submission.id == LeaderboardEntry.submission_id)
+        .where(LeaderboardEntry.problem_name == problem)
+    ).all()
     # every stage's status from the stored results, whichever stages the registry had (no column per stage)
     stages = stage_statuses(session, select(LeaderboardEntry.audit_id).where(LeaderboardEntry.problem_name == problem))
     placed: dict[str, dict[Board, Entry]] = {}  # an entry's submission -> its entry on each board
@@ -176,11 +243,22 @@ def rerank(session: Session, problem: str) -> list[RankChange]:
         mine = placed.get(e.submission_id, {})
         bench, audited = mine.get("benchmark"), mine.get("audited")
         new_rank, new_sound = (bench.rank if bench else None), (audited.rank if audited else None)
-        for board, old_rank, new_rank_ in ((_WEBHOOK_BOARD["benchmark"], e.rank, new_rank),
-                                           (_WEBHOOK_BOARD["audited"], e.audited_rank, new_sound)):
+        for board, old_rank, new_rank_ in (
+            (_WEBHOOK_BOARD["benchmark"], e.rank, new_rank),
+            (_WEBHOOK_BOARD["audited"], e.audited_rank, new_sound),
+        ):
             if old_rank != new_rank_:
-                changes.append(RankChange(problem=problem, submission_id=e.submission_id, submitter=e.submitter,
-                                          board=board, old_rank=old_rank, new_rank=new_rank_, hardware=e.hardware))
+                changes.append(
+                    RankChange(
+                        problem=problem,
+                        submission_id=e.submission_id,
+                        submitter=e.submitter,
+                        board=board,
+                        old_rank=old_rank,
+                        new_rank=new_rank_,
+                        hardware=e.hardware,
+                    )
+                )
         e.rank = e.benchmark_rank = new_rank
         e.sound_rank = e.audited_rank = new_sound
         e.position, e.sound_position = (bench.position if bench else None), (audited.position if audited else None)
@@ -199,10 +277,24 @@ def _serialised(entry: Entry | None) -> str | None:
 
 
 def row_of(entry: Entry) -> LeaderboardRow:
-    return LeaderboardRow(rank=entry.rank, tied=entry.tied, hardware=entry.hardware, submitter=entry.submitter,
-                          submission_id=entry.submission_id, solution_name=entry.solution_name,
-                          kernel_ms=entry.kernel_ms, reference_ms=entry.reference_ms, speedup=entry.speedup,
-                          speedup_ci=[entry.speedup_lo, entry.speedup_hi], runs=entry.runs,
-                          submission_ids=entry.submission_ids, passes_benchmark=True,
-                          numerically_sound=entry.numerically_sound, verdict=entry.verdict, caught_by=entry.caught_by,
-                          indicative=entry.indicative, audited_at=entry.audited_at, stages=entry.stages)
+    return LeaderboardRow(
+        rank=entry.rank,
+        tied=entry.tied,
+        hardware=entry.hardware,
+        submitter=entry.submitter,
+        submission_id=entry.submission_id,
+        solution_name=entry.solution_name,
+        kernel_ms=entry.kernel_ms,
+        reference_ms=entry.reference_ms,
+        speedup=entry.speedup,
+        speedup_ci=[entry.speedup_lo, entry.speedup_hi],
+        runs=entry.runs,
+        submission_ids=entry.submission_ids,
+        passes_benchmark=True,
+        numerically_sound=entry.numerically_sound,
+        verdict=entry.verdict,
+        caught_by=entry.caught_by,
+        indicative=entry.indicative,
+        audited_at=entry.audited_at,
+        stages=entry.stages,
+    )

@@ -12,9 +12,12 @@ router = APIRouter(prefix="/v1/leaderboard", tags=["leaderboard"])
 
 
 @router.get("/{problem}", response_model=Leaderboard, responses={404: {"description": "unknown problem"}})
-def get_leaderboard(problem: str, services: ServicesDep, sound_only: bool = False,
-                    hardware: Annotated[str | None, Query(max_length=200, description="one board: cpu, or a GPU's name")] = None,
-                    ) -> Response:
+def get_leaderboard(
+    problem: str,
+    services: ServicesDep,
+    sound_only: bool = False,
+    hardware: Annotated[str | None, Query(max_length=200, description="one board: cpu, or a GPU's name")] = None,
+) -> Response:
     """Every kernel that passes the benchmark, by speedup, one board per hardware (each row names its board), with
     identical kernels folded into one entry (runs, and an interval covering them) and tied ranks where intervals
     overlap (app.leaderboard.ranking). sound_only=true: verified kernels only (every run passed every stage).

@@ -29,9 +29,11 @@ class LeaderboardRow(BaseModel):
     indicative: bool = Field(False, description="CPU figures: round trips through the sandbox, indicative only")
     audited_at: datetime | None
     stages: dict[str, StageStatus] = Field(
-        default_factory=dict, description="every stage's status but the verdict's, in the order the stages ran (any "
-                                          "stage registered in worker.registry); over folded runs, each stage's worst "
-                                          "(failed, error, passed, skipped)")
+        default_factory=dict,
+        description="every stage's status but the verdict's, in the order the stages ran (any "
+        "stage registered in worker.registry); over folded runs, each stage's worst "
+        "(failed, error, passed, skipped)",
+    )
 
 
 class Leaderboard(BaseModel):

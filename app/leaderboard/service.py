@@ -19,7 +19,9 @@ _NAME = TypeAdapter(str)
 
 
 def _statement(sound_only: bool, one_hardware: bool) -> Select[tuple[str | None]]:
-    rank, body, position = (E.sound_rank, E.sound_row_json, E.sound_position) if sound_only else (E.rank, E.row_json, E.position)
+    rank, body, position = (
+        (E.sound_rank, E.sound_row_json, E.sound_position) if sound_only else (E.rank, E.row_json, E.position)
+    )
     stmt = select(body).where(E.problem_name == bindparam("problem"), rank.is_not(None))
     if one_hardware:
         stmt = stmt.where(E.hardware == bindparam("hardware"))

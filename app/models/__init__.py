@@ -15,6 +15,18 @@ from app.models.tables import (
 )
 
 __all__ = [
-    "AUDIT_STATUSES", "FINISHED", "ApiKey", "Audit", "Base", "LeaderboardEntry", "Problem", "StageResultRow", "Submission",
-    "SubmissionTokenStats", "WebhookAttempt", "WebhookDelivery", "WebhookEndpoint", "new_id",
+    "AUDIT_STATUSES",
+    "FINISHED",
+    "ApiKey",
+    "Audit",
+    "Base",
+    "LeaderboardEntry",
+    "Problem",
+    "StageResultRow",
+    "Submission",
+    "SubmissionTokenStats",
+    "WebhookAttempt",
+    "WebhookDelivery",
+    "WebhookEndpoint",
+    "new_id",
 ]

@@ -19,8 +19,9 @@ router = APIRouter(prefix="/v1/problems", tags=["problems"])
 NOT_FOUND = {404: {"model": ErrorBody, "description": "unknown problem (or one this caller may not see)"}}
 
 
-async def get_viewer(request: Request, services: ServicesDep,
-                     reader: Annotated[Principal | None, Depends(require_reader)]) -> Principal | None:
+async def get_viewer(
+    request: Request, services: ServicesDep, reader: Annotated[Principal | None, Depends(require_reader)]
+) -> Principal | None:
     """The caller, if it sent an API key (reads are public unless KAUDIT_PUBLIC_READ=false): uploads are private
     to their owner and admins, so who asks decides what is listed."""
     if reader is not None:
@@ -60,10 +61,18 @@ def sync_problems(_admin: AdminDep, services: ServicesDep, uow: UnitOfWorkDep) -
     return result
 
 
-@router.post("/import", response_model=DatasetImported,
-             responses={403: {"description": "admin only"}, 422: {"model": ErrorBody, "description": "bad path"},
-                        409: {"model": ErrorBody, "description": "no writable catalogue folder is configured"}})
-def import_problems(body: DatasetImport, _admin: AdminDep, services: ServicesDep, uow: UnitOfWorkDep) -> DatasetImported:
+@router.post(
+    "/import",
+    response_model=DatasetImported,
+    responses={
+        403: {"description": "admin only"},
+        422: {"model": ErrorBody, "description": "bad path"},
+        409: {"model": ErrorBody, "description": "no writable catalogue folder is configured"},
+    },
+)
+def import_problems(
+    body: DatasetImport, _admin: AdminDep, services: ServicesDep, uow: UnitOfWorkDep
+) -> DatasetImported:
     """Load a SOL-ExecBench dataset tree on this server's disk into the catalogue (admin), then sync: every definition
     folder with its workloads and safetensors blobs (paths leaving the dataset root are refused). Imported references
     are third-party code and run sandboxed until reviewed (worker.dataset_import)."""
@@ -75,7 +84,11 @@ def import_problems(body: DatasetImport, _admin: AdminDep, services: ServicesDep
     root = Path(body.path)
     if not root.is_absolute() or not root.is_dir():
         raise ApiError(422, f"'{body.path[:200]}' is not an absolute path to a folder on this server")
-    if root.resolve() == dest.resolve() or dest.resolve() in root.resolve().parents or root.resolve() in dest.resolve().parents:
+    if (
+        root.resolve() == dest.resolve()
+        or dest.resolve() in root.resolve().parents
+        or root.resolve() in dest.resolve().parents
+    ):
         raise ApiError(422, "the dataset and the catalogue folder overlap")
     report = import_dataset(root, dest)
     synced = service.sync_and_enqueue(uow, services.settings) if report.imported else None
@@ -83,7 +96,9 @@ def import_problems(body: DatasetImport, _admin: AdminDep, services: ServicesDep
     return DatasetImported(report=report.model_dump(), sync=synced)
 
 
-@router.post("/{name}/publish", response_model=ProblemDetail, responses={403: {"description": "admin only"}, **NOT_FOUND})
+@router.post(
+    "/{name}/publish", response_model=ProblemDetail, responses={403: {"description": "admin only"}, **NOT_FOUND}
+)
 def publish(name: str, admin: AdminDep, services: ServicesDep, uow: UnitOfWorkDep) -> ProblemDetail:
     """Make an uploaded problem public (admin): listed for everyone, on the dashboard, and open to every submitter."""
     row = _found(uow.session, admin, name)
@@ -93,9 +108,15 @@ def publish(name: str, admin: AdminDep, services: ServicesDep, uow: UnitOfWorkDe
     return service.detail(row)
 
 
-@router.post("/{name}/unpublish", response_model=ProblemDetail,
-             responses={403: {"description": "admin only"}, 409: {"model": ErrorBody, "description": "a catalogue problem"},
-                        **NOT_FOUND})
+@router.post(
+    "/{name}/unpublish",
+    response_model=ProblemDetail,
+    responses={
+        403: {"description": "admin only"},
+        409: {"model": ErrorBody, "description": "a catalogue problem"},
+        **NOT_FOUND,
+    },
+)
 def unpublish(name: str, admin: AdminDep, services: ServicesDep, uow: UnitOfWorkDep) -> ProblemDetail:
     """Make an uploaded problem private again (admin): only its owner and admins see it."""
     row = _found(uow.session, admin, name)
@@ -107,17 +128,25 @@ def unpublish(name: str, admin: AdminDep, services: ServicesDep, uow: UnitOfWork
     return service.detail(row)
 
 
-@router.delete("/{name}", status_code=204, responses={
-    403: {"model": ErrorBody, "description": "a published upload that is not the caller's"},
-    409: {"model": ErrorBody, "description": "a catalogue problem, or audits of it are queued or running"}, **NOT_FOUND})
+@router.delete(
+    "/{name}",
+    status_code=204,
+    responses={
+        403: {"model": ErrorBody, "description": "a published upload that is not the caller's"},
+        409: {"model": ErrorBody, "description": "a catalogue problem, or audits of it are queued or running"},
+        **NOT_FOUND,
+    },
+)
 def delete(name: str, principal: PrincipalDep, services: ServicesDep, uow: UnitOfWorkDep) -> Response:
     """Delete an uploaded problem (its owner, or an admin). Refused while audits of it are queued or running. Its
     submissions and their results are kept and stay readable by their submitters; the problem is listed, found and
     audited against no more."""
     row = _found(uow.session, principal, name)
     if row.origin == ORIGIN_CATALOGUE:
-        raise ApiError(409, f"'{row.name}' is a catalogue problem: it goes when it leaves the catalogue (kernels/), "
-                            "not by a DELETE")
+        raise ApiError(
+            409,
+            f"'{row.name}' is a catalogue problem: it goes when it leaves the catalogue (kernels/), not by a DELETE",
+        )
     if not access.may_manage(row, principal):
         raise ApiError(403, "only the API key that uploaded this problem, or an admin, may delete it")
     try:

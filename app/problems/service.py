@@ -42,11 +42,23 @@ def sync_catalogue(session: Session, catalogue, settings: Settings) -> tuple[Syn
         definition = p.definition.model_dump(mode="json")
         probes = [s.name for s in p.spec.probes]
         if row is not None and (row.origin != ORIGIN_CATALOGUE or row.namespace != CATALOGUE):
-            raise NamespaceConflict(f"problem '{p.name}' is held by an upload; run the migrations (alembic upgrade head)")
+            raise NamespaceConflict(
+                f"problem '{p.name}' is held by an upload; run the migrations (alembic upgrade head)"
+            )
         if row is None:
-            session.add(Problem(name=p.name, description=p.definition.description or "", content_hash=p.content_hash,
-                                definition=definition, probes=probes, synced_at=utcnow(), origin=ORIGIN_CATALOGUE,
-                                namespace=CATALOGUE, public=True))
+            session.add(
+                Problem(
+                    name=p.name,
+                    description=p.definition.description or "",
+                    content_hash=p.content_hash,
+                    definition=definition,
+                    probes=probes,
+                    synced_at=utcnow(),
+                    origin=ORIGIN_CATALOGUE,
+                    namespace=CATALOGUE,
+                    public=True,
+                )
+            )
             added.append(p.name)
             continue
         if row.content_hash == p.content_hash:
@@ -65,22 +77,41 @@ def reaudit(session: Session, sub: Submission, problem_hash: str, settings: Sett
     # the device the submission was routed to at intake, not the device of whoever asks for the re-audit
     last = audits.latest_audit(session, sub.id)
     device = last.device if last is not None else settings.device
-    audit = audits.new_audit(session, sub, problem_hash=problem_hash, attempt=audits.next_attempt(session, sub.id), reason=reason,
-                             stages=settings.audit_stages, device=device, queue=settings.queue_for(device))
+    audit = audits.new_audit(
+        session,
+        sub,
+        problem_hash=problem_hash,
+        attempt=audits.next_attempt(session, sub.id),
+        reason=reason,
+        stages=settings.audit_stages,
+        device=device,
+        queue=settings.queue_for(device),
+    )
     session.flush()
     events.reaudited(session, sub, audit)
     return audit
 
 
 def _summary(row: Problem) -> dict[str, object]:
-    return dict(name=row.name, description=row.description, content_hash=row.content_hash,
-                inputs=list(row.definition.get("inputs", {})), outputs=list(row.definition.get("outputs", {})), probes=row.probes,
-                origin=row.origin, namespace=row.namespace, public=row.public)
+    return dict(
+        name=row.name,
+        description=row.description,
+        content_hash=row.content_hash,
+        inputs=list(row.definition.get("inputs", {})),
+        outputs=list(row.definition.get("outputs", {})),
+        probes=row.probes,
+        origin=row.origin,
+        namespace=row.namespace,
+        public=row.public,
+    )
 
 
 def list_problems(session: Session, viewer: Principal | None = None) -> list[ProblemSummary]:
     """The problems this caller may see: public ones, its own uploads, and (an admin) every upload."""
-    return [ProblemSummary(**_summary(r)) for r in session.scalars(select(Problem).where(listed(viewer)).order_by(Problem.name))]
+    return [
+        ProblemSummary(**_summary(r))
+        for r in session.scalars(select(Problem).where(listed(viewer)).order_by(Problem.name))
+    ]
 
 
 def detail(row: Problem) -> ProblemDetail:
@@ -88,9 +119,15 @@ def detail(row: Problem) -> ProblemDetail:
 
 
 def active_audits(session: Session, name: str) -> int:
-    return int(session.scalar(
-        select(func.count()).select_from(Audit).join(Submission, Submission.id == Audit.submission_id)
-        .where(Submission.problem_name == name, Audit.status.in_((AuditStatus.queued, AuditStatus.running)))) or 0)
+    return int(
+        session.scalar(
+            select(func.count())
+            .select_from(Audit)
+            .join(Submission, Submission.id == Audit.submission_id)
+            .where(Submission.problem_name == name, Audit.status.in_((AuditStatus.queued, AuditStatus.running)))
+        )
+        or 0
+    )
 
 
 def delete_upload(session: Session, row: Problem) -> Literal["removed", "retired"]:

@@ -26,8 +26,10 @@ def gpu_language_refusal(spec: SolutionSpec, devices: Sequence[str]) -> str | No
     need = spec.gpu_languages
     if not need or any(_kind(d) == "cuda" for d in devices):
         return None
-    return (f"spec.languages {list(spec.languages)}: {', '.join(need)} run only on an NVIDIA GPU (CUDA), but this "
-            f"deployment audits on {', '.join(devices)} only; pytorch and triton solutions can be audited here")
+    return (
+        f"spec.languages {list(spec.languages)}: {', '.join(need)} run only on an NVIDIA GPU (CUDA), but this "
+        f"deployment audits on {', '.join(devices)} only; pytorch and triton solutions can be audited here"
+    )
 
 
 def pick_device(spec: SolutionSpec, devices: Sequence[str], default: str) -> str:
@@ -41,13 +43,21 @@ def pick_device(spec: SolutionSpec, devices: Sequence[str], default: str) -> str
     if spec.target_hardware:
         kinds, unknown = spec.device_kinds()
         if not kinds:
-            raise NoDeviceForSolution("spec.target_hardware", (
-                f"target_hardware {unknown} names no device kernel-audit knows; use LOCAL (any), a GPU name such "
-                "as B200 or H100, or cpu / cuda"))
+            raise NoDeviceForSolution(
+                "spec.target_hardware",
+                (
+                    f"target_hardware {unknown} names no device kernel-audit knows; use LOCAL (any), a GPU name such "
+                    "as B200 or H100, or cpu / cuda"
+                ),
+            )
         if not kinds & allowed:
-            raise NoDeviceForSolution("spec.target_hardware", (
-                f"target_hardware {spec.target_hardware} names only the CPU, but spec.languages "
-                f"{spec.gpu_languages} run only on an NVIDIA GPU; name a GPU (or LOCAL)"))
+            raise NoDeviceForSolution(
+                "spec.target_hardware",
+                (
+                    f"target_hardware {spec.target_hardware} names only the CPU, but spec.languages "
+                    f"{spec.gpu_languages} run only on an NVIDIA GPU; name a GPU (or LOCAL)"
+                ),
+            )
         allowed &= kinds
     elif _kind(default) in allowed:
         return default
@@ -56,9 +66,13 @@ def pick_device(spec: SolutionSpec, devices: Sequence[str], default: str) -> str
             device = next((d for d in devices if _kind(d) == kind), None)
             if device is not None:
                 return device
-    raise NoDeviceForSolution("spec.target_hardware", (
-        f"target_hardware {spec.target_hardware} needs {' or '.join(sorted(allowed))}, "
-        f"but this deployment audits on {', '.join(devices)} only; add LOCAL or cpu to target_hardware if the kernel runs there"))
+    raise NoDeviceForSolution(
+        "spec.target_hardware",
+        (
+            f"target_hardware {spec.target_hardware} needs {' or '.join(sorted(allowed))}, "
+            f"but this deployment audits on {', '.join(devices)} only; add LOCAL or cpu to target_hardware if the kernel runs there"
+        ),
+    )
 
 
 def choose_device(solution: Solution, settings: Settings) -> str:

@@ -38,7 +38,9 @@ class BodyLimits:
 
 
 def _too_large(limit: int, field: str = BODY, what: str = "") -> ApiError:
-    return ApiError(413, "request body too large", [FieldError(field=field, reason=f"{what}over the limit of {limit} bytes")])
+    return ApiError(
+        413, "request body too large", [FieldError(field=field, reason=f"{what}over the limit of {limit} bytes")]
+    )
 
 
 class InvalidSubmission(ApiError):
@@ -86,8 +88,12 @@ def submission_from_json(body: bytes, limits: BodyLimits | None = None) -> Parse
     parsed = _submission_from_data(data)
     if raw_stats is None:
         return parsed
-    return ParsedSubmission(solution=parsed.solution, data=parsed.data, bundle=parsed.bundle,
-                            token_stats=ts.from_json(raw_stats, limits.token_stats))
+    return ParsedSubmission(
+        solution=parsed.solution,
+        data=parsed.data,
+        bundle=parsed.bundle,
+        token_stats=ts.from_json(raw_stats, limits.token_stats),
+    )
 
 
 def _loads(body: bytes) -> Any:
@@ -108,8 +114,16 @@ def _submission_from_data(data: Any) -> ParsedSubmission:
         raise InvalidSubmission(_errors(err)) from err
     solution, sol_data = _solution_from_data(data["solution"])
     if solution.definition != bundle.definition.name:
-        raise InvalidSubmission([FieldError(field="solution.definition", reason=(
-            f"names '{solution.definition[:200]}' but the definition sent with it is '{bundle.definition.name}'"))])
+        raise InvalidSubmission(
+            [
+                FieldError(
+                    field="solution.definition",
+                    reason=(
+                        f"names '{solution.definition[:200]}' but the definition sent with it is '{bundle.definition.name}'"
+                    ),
+                )
+            ]
+        )
     return ParsedSubmission(solution=solution, data=sol_data, bundle=bundle)
 
 
@@ -119,16 +133,23 @@ def solution_from_json(body: bytes) -> tuple[Solution, dict[str, Any]]:
 
 def _solution_from_data(data: Any) -> tuple[Solution, dict[str, Any]]:
     if any(_unstorable(s) for s in walk_strings(data)):
-        raise InvalidSubmission([FieldError(field="(body)", reason="NUL characters and lone surrogates (\\ud800-\\udfff) are "
-                                                                    "not allowed in a solution")])
+        raise InvalidSubmission(
+            [
+                FieldError(
+                    field="(body)",
+                    reason="NUL characters and lone surrogates (\\ud800-\\udfff) are not allowed in a solution",
+                )
+            ]
+        )
     try:
         return parse_model(Solution, data, "solution.json"), data
     except FormatError as err:
         raise InvalidSubmission(_errors(err)) from err
 
 
-def solution_from_upload(filename: str, content: bytes, definition: str, entry_function: str = "run",
-                         destination_passing_style: bool = True) -> tuple[Solution, dict[str, Any]]:
+def solution_from_upload(
+    filename: str, content: bytes, definition: str, entry_function: str = "run", destination_passing_style: bool = True
+) -> tuple[Solution, dict[str, Any]]:
     errors = []
     if not filename.endswith(".py") or "/" in filename or "\\" in filename or filename.startswith("."):
         errors.append(FieldError(field="file", reason="must be a single .py file"))
@@ -148,8 +169,11 @@ def solution_from_upload(filename: str, content: bytes, definition: str, entry_f
         "definition": definition,
         "author": "",
         "description": f"single-file upload of {filename}",
-        "spec": {"languages": ["triton" if ("import triton" in text or "from triton" in text) else "pytorch"],
-                 "entry_point": f"{filename}::{entry_function}", "destination_passing_style": destination_passing_style},
+        "spec": {
+            "languages": ["triton" if ("import triton" in text or "from triton" in text) else "pytorch"],
+            "entry_point": f"{filename}::{entry_function}",
+            "destination_passing_style": destination_passing_style,
+        },
         "sources": [{"path": filename, "content": text}],
     }
     try:
@@ -176,13 +200,20 @@ async def read_submission(request: Request) -> ParsedSubmission:
         if len(content) > limits.body:
             raise _too_large(limits.body, "file")
         dps = str(form.get("destination_passing_style", "true")).lower() not in ("false", "0", "no")
-        solution, data = solution_from_upload(upload.filename or "", content,
-                                              definition if isinstance(definition, str) else "",
-                                              str(form.get("entry_function") or "run"), dps)
+        solution, data = solution_from_upload(
+            upload.filename or "",
+            content,
+            definition if isinstance(definition, str) else "",
+            str(form.get("entry_function") or "run"),
+            dps,
+        )
         return ParsedSubmission(solution=solution, data=data, token_stats=await _stats_part(form, limits))
     else:
-        raise ApiError(415, "send application/json (solution.json) or multipart/form-data (a .py file and definition)",
-                       [FieldError(field="content-type", reason=f"'{ctype[:100]}' is not accepted")])
+        raise ApiError(
+            415,
+            "send application/json (solution.json) or multipart/form-data (a .py file and definition)",
+            [FieldError(field="content-type", reason=f"'{ctype[:100]}' is not accepted")],
+        )
 
 
 async def _stats_part(form: Any, limits: BodyLimits) -> ts.AcceptedTokenStats | None:
@@ -190,15 +221,33 @@ async def _stats_part(form: Any, limits: BodyLimits) -> ts.AcceptedTokenStats | 
     if part is None:
         return None
     if not isinstance(part, UploadFile):
-        raise InvalidSubmission([FieldError(field="token_stats", reason="must be a file part (.npy or .safetensors), "
-                                                                         "for example curl -F token_stats=@ids.npy")])
+        raise InvalidSubmission(
+            [
+                FieldError(
+                    field="token_stats",
+                    reason="must be a file part (.npy or .safetensors), for example curl -F token_stats=@ids.npy",
+                )
+            ]
+        )
     data = await part.read()  # bounded by the route's body limit (app.main)
     key = form.get("token_stats_key")
-    return ts.from_upload(part.filename or "", data, str(form.get("token_stats_kind") or "auto"),
-                          key if isinstance(key, str) else None, limits.token_stats)
+    return ts.from_upload(
+        part.filename or "",
+        data,
+        str(form.get("token_stats_kind") or "auto"),
+        key if isinstance(key, str) else None,
+        limits.token_stats,
+    )
 
 
 SubmissionBody = Annotated[ParsedSubmission, Depends(read_submission)]
 
-__all__ = ["InvalidSubmission", "ParsedSubmission", "SolutionSpec", "SourceFile", "SubmissionBody", "solution_from_json",
-           "solution_from_upload"]
+__all__ = [
+    "InvalidSubmission",
+    "ParsedSubmission",
+    "SolutionSpec",
+    "SourceFile",
+    "SubmissionBody",
+    "solution_from_json",
+    "solution_from_upload",
+]

@@ -11,11 +11,14 @@ from app.models import Audit, StageResultRow, Submission, SubmissionTokenStats
 
 
 def by_idempotency_key(session: Session, api_key_id: str, key: str) -> Submission | None:
-    return session.scalar(select(Submission).where(Submission.api_key_id == api_key_id, Submission.idempotency_key == key))
+    return session.scalar(
+        select(Submission).where(Submission.api_key_id == api_key_id, Submission.idempotency_key == key)
+    )
 
 
 def get(session: Session, submission_id: str) -> Submission | None:
     return session.get(Submission, submission_id)
+
 
 def token_stats_of(session: Session, submission_id: str) -> SubmissionTokenStats | None:
     """The submission's token statistics row, its bytes not loaded (they load on first access to `.data`)."""
@@ -23,7 +26,9 @@ def token_stats_of(session: Session, submission_id: str) -> SubmissionTokenStats
 
 
 def token_stats_sha256(session: Session, submission_id: str) -> str | None:
-    return session.scalar(select(SubmissionTokenStats.sha256).where(SubmissionTokenStats.submission_id == submission_id))
+    return session.scalar(
+        select(SubmissionTokenStats.sha256).where(SubmissionTokenStats.submission_id == submission_id)
+    )
 
 
 def audits_with_stages(session: Session, submission_id: str) -> list[tuple[Audit, list[StageResultRow]]]:
@@ -31,8 +36,11 @@ def audits_with_stages(session: Session, submission_id: str) -> list[tuple[Audit
     audits = list(session.scalars(select(Audit).where(Audit.submission_id == submission_id).order_by(Audit.attempt)))
     rows: dict[str, list[StageResultRow]] = {a.id: [] for a in audits}
     if audits:
-        for r in session.scalars(select(StageResultRow).where(StageResultRow.audit_id.in_(list(rows)))
-                                 .order_by(StageResultRow.audit_id, StageResultRow.position)):
+        for r in session.scalars(
+            select(StageResultRow)
+            .where(StageResultRow.audit_id.in_(list(rows)))
+            .order_by(StageResultRow.audit_id, StageResultRow.position)
+        ):
             rows[r.audit_id].append(r)
     return [(a, rows[a.id]) for a in audits]
 
@@ -50,11 +58,14 @@ class PageQuery:
 
 def page(session: Session, q: PageQuery) -> Sequence[tuple[Submission, Audit]]:
     """Up to `q.limit` submissions with their latest audit."""
-    latest = (select(Audit.submission_id, func.max(Audit.attempt).label("attempt"))
-              .group_by(Audit.submission_id).subquery())
-    stmt = (select(Submission, Audit)
-            .join(latest, latest.c.submission_id == Submission.id)
-            .join(Audit, and_(Audit.submission_id == Submission.id, Audit.attempt == latest.c.attempt)))
+    latest = (
+        select(Audit.submission_id, func.max(Audit.attempt).label("attempt")).group_by(Audit.submission_id).subquery()
+    )
+    stmt = (
+        select(Submission, Audit)
+        .join(latest, latest.c.submission_id == Submission.id)
+        .join(Audit, and_(Audit.submission_id == Submission.id, Audit.attempt == latest.c.attempt))
+    )
     if q.api_key_id is not None:
         stmt = stmt.where(Submission.api_key_id == q.api_key_id)
     if q.status is not None:

@@ -39,21 +39,34 @@ SUBMIT_BODY = {
         "required": True,
         "content": {
             "application/json": {"schema": {"$ref": "#/components/schemas/Solution"}},
-            "multipart/form-data": {"schema": {
-                "type": "object",
-                "required": ["file", "definition"],
-                "properties": {
-                    "file": {"type": "string", "format": "binary", "description": "a single .py file with a `run` function"},
-                    "definition": {"type": "string", "description": "definition name, see GET /v1/problems"},
-                    "entry_function": {"type": "string", "default": "run"},
-                    "destination_passing_style": {"type": "boolean", "default": True},
-                    "token_stats": {"type": "string", "format": "binary",
-                                    "description": "optional: your token statistics, a .npy or .safetensors file "
-                                                   "(a histogram or a sample of token ids)"},
-                    "token_stats_kind": {"type": "string", "enum": ["auto", "histogram", "sample"], "default": "auto"},
-                    "token_stats_key": {"type": "string", "description": "safetensors: the tensor to use"},
-                },
-            }},
+            "multipart/form-data": {
+                "schema": {
+                    "type": "object",
+                    "required": ["file", "definition"],
+                    "properties": {
+                        "file": {
+                            "type": "string",
+                            "format": "binary",
+                            "description": "a single .py file with a `run` function",
+                        },
+                        "definition": {"type": "string", "description": "definition name, see GET /v1/problems"},
+                        "entry_function": {"type": "string", "default": "run"},
+                        "destination_passing_style": {"type": "boolean", "default": True},
+                        "token_stats": {
+                            "type": "string",
+                            "format": "binary",
+                            "description": "optional: your token statistics, a .npy or .safetensors file "
+                            "(a histogram or a sample of token ids)",
+                        },
+                        "token_stats_kind": {
+                            "type": "string",
+                            "enum": ["auto", "histogram", "sample"],
+                            "default": "auto",
+                        },
+                        "token_stats_key": {"type": "string", "description": "safetensors: the tensor to use"},
+                    },
+                }
+            },
         },
     }
 }
@@ -73,8 +86,14 @@ def _entry_errors(problem: Problem, solution: Solution) -> list[FieldError]:
 
 def _accepted(acc: service.Accepted) -> JSONResponse:
     url = f"/v1/submissions/{acc.submission_id}"
-    body = SubmissionAccepted(id=acc.submission_id, audit_id=acc.audit_id, status=acc.status, status_url=url,  # type: ignore[arg-type]
-                              queue_position=acc.queue_position, idempotent_replay=acc.replay)
+    body = SubmissionAccepted(
+        id=acc.submission_id,
+        audit_id=acc.audit_id,
+        status=acc.status,
+        status_url=url,  # type: ignore[arg-type]
+        queue_position=acc.queue_position,
+        idempotent_replay=acc.replay,
+    )
     return JSONResponse(status_code=202, content=body.model_dump(mode="json"), headers={"Location": url})
 
 
@@ -83,19 +102,23 @@ def _accepted(acc: service.Accepted) -> JSONResponse:
     status_code=202,
     response_model=SubmissionAccepted,
     openapi_extra=SUBMIT_BODY,
-    responses={404: {"model": InvalidSolution, "description": "unknown definition"},
-               409: {"model": InvalidSolution, "description": "Idempotency-Key reused with another body"},
-               413: {"description": "body over 1 MiB (token_stats not counted), or token_stats over 16 MiB"},
-               415: {"description": "unsupported content type"},
-               422: {"model": InvalidSolution, "description": "invalid solution or token_stats: each field and the reason"},
-               429: {"description": "rate limit; see Retry-After"}},
+    responses={
+        404: {"model": InvalidSolution, "description": "unknown definition"},
+        409: {"model": InvalidSolution, "description": "Idempotency-Key reused with another body"},
+        413: {"description": "body over 1 MiB (token_stats not counted), or token_stats over 16 MiB"},
+        415: {"description": "unsupported content type"},
+        422: {"model": InvalidSolution, "description": "invalid solution or token_stats: each field and the reason"},
+        429: {"description": "rate limit; see Retry-After"},
+    },
 )
 def submit(
     principal: PrincipalDep,
     body: SubmissionBody,
     services: ServicesDep,
     uow: UnitOfWorkDep,
-    idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key", max_length=200, pattern=r"^[\x20-\x7e]+$")] = None,
+    idempotency_key: Annotated[
+        str | None, Header(alias="Idempotency-Key", max_length=200, pattern=r"^[\x20-\x7e]+$")
+    ] = None,
 ) -> Response:
     """Submit a solution.json (JSON body) or a single .py file (multipart, with `definition`): 202 with the status URL.
 
@@ -113,19 +136,34 @@ def submit(
         return invalid_response([FieldError(field=err.field, reason=str(err))])
     # the definition came with the solution: stored (by content) in this transaction, in the caller's namespace;
     # else the name resolves to a problem this caller may see (app.problems.access)
-    problem = (store_definition(uow, services, principal, body.bundle)[0] if body.bundle is not None
-               else problem_access.find(uow.session, principal, solution.definition))
+    problem = (
+        store_definition(uow, services, principal, body.bundle)[0]
+        if body.bundle is not None
+        else problem_access.find(uow.session, principal, solution.definition)
+    )
     if problem is None:
         known = problem_access.visible_names(uow.session, principal)
-        raise ApiError(404, f"unknown definition '{solution.definition[:200]}'; known: {', '.join(known)}",
-                       [FieldError(field="definition", reason="not in the catalogue; see GET /v1/problems")])
+        raise ApiError(
+            404,
+            f"unknown definition '{solution.definition[:200]}'; known: {', '.join(known)}",
+            [FieldError(field="definition", reason="not in the catalogue; see GET /v1/problems")],
+        )
     entry_errors = _entry_errors(problem, solution)
     if entry_errors:
         return invalid_response(entry_errors)
     try:
-        acc = service.submit(uow, services.settings, principal, problem_name=problem.name,
-                             problem_hash=problem.content_hash, solution_name=solution.name, data=data,
-                             idempotency_key=idempotency_key, device=device, token_stats=body.token_stats)
+        acc = service.submit(
+            uow,
+            services.settings,
+            principal,
+            problem_name=problem.name,
+            problem_hash=problem.content_hash,
+            solution_name=solution.name,
+            data=data,
+            idempotency_key=idempotency_key,
+            device=device,
+            token_stats=body.token_stats,
+        )
     except service.IdempotencyConflict as err:
         raise ApiError(409, str(err), [FieldError(field="Idempotency-Key", reason=str(err))]) from err
     return _accepted(acc)
@@ -141,7 +179,11 @@ def _visible(session: Session, submission_id: str, principal: Principal) -> Subm
     return sub
 
 
-@router.get("", response_model=SubmissionPage, responses={422: {"model": InvalidSolution, "description": "bad filter or cursor"}})
+@router.get(
+    "",
+    response_model=SubmissionPage,
+    responses={422: {"model": InvalidSolution, "description": "bad filter or cursor"}},
+)
 def list_submissions(
     principal: PrincipalDep,
     session: SessionDep,
@@ -164,8 +206,9 @@ def get_submission(submission_id: str, principal: PrincipalDep, session: Session
     return service.status(session, _visible(session, submission_id, principal))
 
 
-@router.get("/{submission_id}/traces", response_model=SubmissionTraces,
-            responses={404: {"description": "no such submission"}})
+@router.get(
+    "/{submission_id}/traces", response_model=SubmissionTraces, responses={404: {"description": "no such submission"}}
+)
 def get_traces(submission_id: str, principal: PrincipalDep, session: SessionDep) -> SubmissionTraces:
     """What SOL-ExecBench itself would record for the latest audit, one trace per evaluated workload, in the official
     trace schema (status, correctness, performance, environment). kernel-audit's own findings stay in the
@@ -174,8 +217,12 @@ def get_traces(submission_id: str, principal: PrincipalDep, session: SessionDep)
     return service.traces(session, sub)
 
 
-@router.post("/{submission_id}/reaudit", status_code=202, response_model=SubmissionAccepted,
-             responses={403: {"description": "admin only"}, 404: {"description": "no such submission"}})
+@router.post(
+    "/{submission_id}/reaudit",
+    status_code=202,
+    response_model=SubmissionAccepted,
+    responses={403: {"description": "admin only"}, 404: {"description": "no such submission"}},
+)
 def reaudit(submission_id: str, principal: AdminDep, services: ServicesDep, uow: UnitOfWorkDep) -> Response:
     """Audit a stored submission again, with a fresh secret seed (admin)."""
     sub = _visible(uow.session, submission_id, principal)

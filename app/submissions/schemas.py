@@ -12,7 +12,9 @@ from worker.traces import Trace
 
 # the documented 4xx shape; kept under the names the submission routes have always used
 InvalidSolution = ErrorBody
-SEED_DOC = "the audit's secret seed as a decimal string (62 bits: JSON numbers lose digits), shown once the audit has finished"
+SEED_DOC = (
+    "the audit's secret seed as a decimal string (62 bits: JSON numbers lose digits), shown once the audit has finished"
+)
 
 
 class SubmissionAccepted(BaseModel):
@@ -38,7 +40,9 @@ class Progress(BaseModel):
     """Where a running audit is: the stage it is in, and how long it has been there."""
 
     current_stage: str | None = Field(description="the first stage with no stored result; null once all are stored")
-    current_stage_elapsed_s: float | None = Field(description="seconds since the previous stage finished (or the audit started)")
+    current_stage_elapsed_s: float | None = Field(
+        description="seconds since the previous stage finished (or the audit started)"
+    )
     elapsed_s: float = Field(description="seconds since the audit started")
     stages_done: int
     stages_total: int
@@ -74,10 +78,14 @@ class SubmissionStatus(AuditView):
     submitter: str
     source_hash: str
     created_at: datetime
-    attempts: list[Attempt] = Field(description="every audit of this submission, oldest first: a re-audit keeps the earlier results")
+    attempts: list[Attempt] = Field(
+        description="every audit of this submission, oldest first: a re-audit keeps the earlier results"
+    )
     token_stats: TokenStatsView | None = Field(
-        default=None, description="the token statistics sent with the submission (null: the built-in text); every audit "
-                                  "of it draws its id probes and canary text from them")
+        default=None,
+        description="the token statistics sent with the submission (null: the built-in text); every audit "
+        "of it draws its id probes and canary text from them",
+    )
 
 
 class SubmissionSummary(BaseModel):
@@ -99,8 +107,18 @@ class SubmissionPage(BaseModel):
     next_cursor: str | None = Field(description="pass as ?cursor= for the next page; null on the last page")
 
 
-__all__ = ["Attempt", "AuditView", "FieldError", "InvalidSolution", "Progress", "StageOut", "SubmissionAccepted", "SubmissionPage",
-           "SubmissionStatus", "SubmissionSummary"]
+__all__ = [
+    "Attempt",
+    "AuditView",
+    "FieldError",
+    "InvalidSolution",
+    "Progress",
+    "StageOut",
+    "SubmissionAccepted",
+    "SubmissionPage",
+    "SubmissionStatus",
+    "SubmissionSummary",
+]
 
 
 class SubmissionTraces(BaseModel):

@@ -28,18 +28,26 @@ class TokenStatsIn(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     kind: Literal["auto", "histogram", "sample"] = Field(
-        "auto", description="auto: a floating array (or a safetensors tensor keyed histogram/counts) is a histogram, "
-                            "an integer array a sample of ids")
+        "auto",
+        description="auto: a floating array (or a safetensors tensor keyed histogram/counts) is a histogram, "
+        "an integer array a sample of ids",
+    )
     format: Literal["npy", "safetensors"] = Field(description="the file format of the decoded bytes")
     data_base64: str = Field(min_length=1, description="the file's bytes, standard base64 (line breaks allowed)")
-    key: str | None = Field(None, min_length=1, max_length=200,
-                            description="safetensors: the tensor to use (default: the file's only tensor)")
+    key: str | None = Field(
+        None,
+        min_length=1,
+        max_length=200,
+        description="safetensors: the tensor to use (default: the file's only tensor)",
+    )
 
 
 class TokenStatsView(BaseModel):
     """The token statistics a submission carries, as its audits use them (the bytes are not shown)."""
 
-    kind: Literal["histogram", "sample"] = Field(description="as read: a histogram is drawn i.i.d., a sample as windows")
+    kind: Literal["histogram", "sample"] = Field(
+        description="as read: a histogram is drawn i.i.d., a sample as windows"
+    )
     requested_kind: Literal["auto", "histogram", "sample"]
     format: Literal["npy", "safetensors"]
     key: str | None
@@ -76,12 +84,24 @@ def _invalid(errors: list[FieldError]) -> ApiError:
 
 
 def _too_large(field: str, size: int, limit: int) -> ApiError:
-    return ApiError(413, "token_stats too large", [FieldError(field=field, reason=(
-        f"the file is {size} bytes; at most {limit} are accepted (KAUDIT_TOKEN_STATS_MAX_BYTES): send a histogram "
-        "(one count per token id) or a shorter sample of ids"))])
+    return ApiError(
+        413,
+        "token_stats too large",
+        [
+            FieldError(
+                field=field,
+                reason=(
+                    f"the file is {size} bytes; at most {limit} are accepted (KAUDIT_TOKEN_STATS_MAX_BYTES): send a histogram "
+                    "(one count per token id) or a shorter sample of ids"
+                ),
+            )
+        ],
+    )
 
 
-def validate(data: bytes, fmt: str, kind: str, key: str | None, fields: dict[str, str], limit: int) -> AcceptedTokenStats:
+def validate(
+    data: bytes, fmt: str, kind: str, key: str | None, fields: dict[str, str], limit: int
+) -> AcceptedTokenStats:
     """Read `data` as the engine will; `fields` names the request's field for data, kind and key."""
     from worker.probes.token_stats_read import TokenStatsError, parse  # numpy: only when statistics are sent
 
@@ -91,8 +111,15 @@ def validate(data: bytes, fmt: str, kind: str, key: str | None, fields: dict[str
         parsed = parse(data, fmt, kind, key)  # type: ignore[arg-type]
     except TokenStatsError as err:
         raise _invalid([FieldError(field=fields[err.field], reason=str(err))]) from err
-    return AcceptedTokenStats(data=data, format=fmt, requested_kind=kind, kind=parsed.kind, key=parsed.key,
-                              entries=parsed.entries, sha256=hashlib.sha256(data).hexdigest())
+    return AcceptedTokenStats(
+        data=data,
+        format=fmt,
+        requested_kind=kind,
+        kind=parsed.kind,
+        key=parsed.key,
+        entries=parsed.entries,
+        sha256=hashlib.sha256(data).hexdigest(),
+    )
 
 
 def from_json(value: object, limit: int) -> AcceptedTokenStats:
@@ -100,9 +127,14 @@ def from_json(value: object, limit: int) -> AcceptedTokenStats:
     try:
         stats = TokenStatsIn.model_validate(value)
     except ValidationError as err:
-        raise _invalid([FieldError(field=".".join([JSON_FIELD, *(str(p) for p in e["loc"])]),
-                                   reason=plain_reason(str(e["msg"])))
-                        for e in err.errors()]) from err
+        raise _invalid(
+            [
+                FieldError(
+                    field=".".join([JSON_FIELD, *(str(p) for p in e["loc"])]), reason=plain_reason(str(e["msg"]))
+                )
+                for e in err.errors()
+            ]
+        ) from err
     field = f"{JSON_FIELD}.data_base64"
     text = stats.data_base64.encode("ascii", errors="replace")
     if _WHITESPACE.search(text):
@@ -113,9 +145,17 @@ def from_json(value: object, limit: int) -> AcceptedTokenStats:
     try:
         data = base64.b64decode(text, validate=True)
     except (binascii.Error, ValueError) as err:
-        raise _invalid([FieldError(field=field, reason=(
-            f"not valid base64 ({err}); send the file's bytes in standard base64, for example the output of "
-            "`base64 -w0 ids.npy` or Python's base64.b64encode"))]) from err
+        raise _invalid(
+            [
+                FieldError(
+                    field=field,
+                    reason=(
+                        f"not valid base64 ({err}); send the file's bytes in standard base64, for example the output of "
+                        "`base64 -w0 ids.npy` or Python's base64.b64encode"
+                    ),
+                )
+            ]
+        ) from err
     fields = {"data": field, "kind": f"{JSON_FIELD}.kind", "key": f"{JSON_FIELD}.key"}
     return validate(data, stats.format, stats.kind, stats.key, fields, limit)
 
@@ -126,7 +166,9 @@ def from_upload(filename: str, data: bytes, kind: str, key: str | None, limit: i
 
     fields = {"data": "token_stats", "kind": "token_stats_kind", "key": "token_stats_key"}
     if kind not in KINDS:
-        raise _invalid([FieldError(field=fields["kind"], reason=f"must be one of {', '.join(KINDS)}, not '{kind[:50]}'")])
+        raise _invalid(
+            [FieldError(field=fields["kind"], reason=f"must be one of {', '.join(KINDS)}, not '{kind[:50]}'")]
+        )
     try:
         fmt = format_of(filename)
     except TokenStatsError as err:
@@ -134,11 +176,28 @@ def from_upload(filename: str, data: bytes, kind: str, key: str | None, limit: i
     return validate(data, fmt, kind, key or None, fields, limit)
 
 
-def view(fmt: str, requested_kind: str, kind: str, key: str | None, entries: int, size_bytes: int,
-         sha256: str) -> TokenStatsView:
-    return TokenStatsView(kind=kind, requested_kind=requested_kind, format=fmt, key=key, entries=entries,  # type: ignore[arg-type]
-                          size_bytes=size_bytes, sha256=sha256, source=source_label(fmt, sha256))
+def view(
+    fmt: str, requested_kind: str, kind: str, key: str | None, entries: int, size_bytes: int, sha256: str
+) -> TokenStatsView:
+    return TokenStatsView(
+        kind=kind,
+        requested_kind=requested_kind,
+        format=fmt,
+        key=key,
+        entries=entries,  # type: ignore[arg-type]
+        size_bytes=size_bytes,
+        sha256=sha256,
+        source=source_label(fmt, sha256),
+    )
 
 
-__all__ = ["AcceptedTokenStats", "TokenStatsIn", "TokenStatsView", "from_json", "from_upload", "source_label", "validate",
-           "view"]
+__all__ = [
+    "AcceptedTokenStats",
+    "TokenStatsIn",
+    "TokenStatsView",
+    "from_json",
+    "from_upload",
+    "source_label",
+    "validate",
+    "view",
+]

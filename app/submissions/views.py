@@ -36,21 +36,41 @@ def progress(audit: Audit, rows: Sequence[StageResultRow], now: datetime) -> Pro
     order = stage_order()
     current = next((name for name in order if name not in stored), None)
     since = max((r.created_at for r in rows), default=audit.started_at)
-    return Progress(current_stage=current,
-                    current_stage_elapsed_s=round(max(0.0, (now - since).total_seconds()), 3) if current else None,
-                    elapsed_s=round(max(0.0, (now - audit.started_at).total_seconds()), 3),
-                    stages_done=len(stored), stages_total=len(order))
+    return Progress(
+        current_stage=current,
+        current_stage_elapsed_s=round(max(0.0, (now - since).total_seconds()), 3) if current else None,
+        elapsed_s=round(max(0.0, (now - audit.started_at).total_seconds()), 3),
+        stages_done=len(stored),
+        stages_total=len(order),
+    )
 
 
 def stage_out(row: StageResultRow) -> StageOut:
-    return StageOut(name=row.name, status=row.status, summary=row.summary, metrics=js_safe(row.metrics),
-                    evidence=js_safe(row.evidence), duration_s=row.duration_s, finished_at=row.created_at)
+    return StageOut(
+        name=row.name,
+        status=row.status,
+        summary=row.summary,
+        metrics=js_safe(row.metrics),
+        evidence=js_safe(row.evidence),
+        duration_s=row.duration_s,
+        finished_at=row.created_at,
+    )
 
 
 def attempt_out(audit: Audit, rows: Sequence[StageResultRow], now: datetime) -> Attempt:
     done = audit.status in FINISHED
-    return Attempt(audit_id=audit.id, attempt=audit.attempt, status=AuditStatus(audit.status), reason=audit.reason,
-                   device=audit.device, enqueued_at=audit.enqueued_at, started_at=audit.started_at,
-                   finished_at=audit.finished_at, verdict=audit.verdict, summary=audit.summary,
-                   seed=str(audit.seed) if done else None, progress=progress(audit, rows, now),
-                   stages=[stage_out(r) for r in rows])
+    return Attempt(
+        audit_id=audit.id,
+        attempt=audit.attempt,
+        status=AuditStatus(audit.status),
+        reason=audit.reason,
+        device=audit.device,
+        enqueued_at=audit.enqueued_at,
+        started_at=audit.started_at,
+        finished_at=audit.finished_at,
+        verdict=audit.verdict,
+        summary=audit.summary,
+        seed=str(audit.seed) if done else None,
+        progress=progress(audit, rows, now),
+        stages=[stage_out(r) for r in rows],
+    )

@@ -34,14 +34,25 @@ def dispatch_due(sessions: sessionmaker[Session], celery: Celery, settings: Sett
     free = or_(WebhookDelivery.locked_until.is_(None), WebhookDelivery.locked_until < now)
     claimed: list[tuple[str, str]] = []
     with sessions.begin() as s:
-        due = s.scalars(select(WebhookDelivery.id).join(WebhookEndpoint, WebhookEndpoint.id == WebhookDelivery.endpoint_id)
-                        .where(WebhookDelivery.status == "pending", WebhookDelivery.next_attempt_at <= now, free,
-                               WebhookEndpoint.active.is_(True))
-                        .order_by(WebhookDelivery.next_attempt_at).limit(limit)).all()
+        due = s.scalars(
+            select(WebhookDelivery.id)
+            .join(WebhookEndpoint, WebhookEndpoint.id == WebhookDelivery.endpoint_id)
+            .where(
+                WebhookDelivery.status == "pending",
+                WebhookDelivery.next_attempt_at <= now,
+                free,
+                WebhookEndpoint.active.is_(True),
+            )
+            .order_by(WebhookDelivery.next_attempt_at)
+            .limit(limit)
+        ).all()
         for delivery_id in due:
             token = uuid.uuid4().hex
-            res = s.execute(update(WebhookDelivery).where(WebhookDelivery.id == delivery_id, free)
-                            .values(dispatch_token=token, locked_until=now + timedelta(seconds=delivery.lease_s(settings))))
+            res = s.execute(
+                update(WebhookDelivery)
+                .where(WebhookDelivery.id == delivery_id, free)
+                .values(dispatch_token=token, locked_until=now + timedelta(seconds=delivery.lease_s(settings)))
+            )
             if res.rowcount == 1:
                 claimed.append((delivery_id, token))
     sent = []
@@ -58,13 +69,26 @@ def register(app: Celery, settings: Settings) -> None:
     """The delivery task, and the sweep in the worker's parent process."""
     policy = AddressPolicy.parse(settings.webhook_allowlist)
     local = ProcessLocal(settings)
-    run_in_worker(app, PeriodicThread("kaudit-webhook-sweep", settings, settings.webhook_sweep_interval_s,
-                                      lambda sessions: dispatch_due(sessions, app, settings)))
+    run_in_worker(
+        app,
+        PeriodicThread(
+            "kaudit-webhook-sweep",
+            settings,
+            settings.webhook_sweep_interval_s,
+            lambda sessions: dispatch_due(sessions, app, settings),
+        ),
+    )
 
     limit = int(3 * settings.webhook_timeout_s) + 10
 
-    @app.task(name=WEBHOOK_TASK, acks_late=True, reject_on_worker_lost=True, ignore_result=True,
-              soft_time_limit=limit, time_limit=limit + 10)
+    @app.task(
+        name=WEBHOOK_TASK,
+        acks_late=True,
+        reject_on_worker_lost=True,
+        ignore_result=True,
+        soft_time_limit=limit,
+        time_limit=limit + 10,
+    )
     def webhook_task(delivery_id: str, token: str) -> str:
         outcome = delivery.attempt(local.get().sessions, settings, delivery_id, token, policy=policy)
         log.info("webhook delivery %s: %s", delivery_id, outcome)

@@ -20,16 +20,26 @@ def new_secret() -> str:
 
 
 def create(session: Session, api_key_id: str, url: str, events: list[str]) -> WebhookEndpoint:
-    endpoint = WebhookEndpoint(api_key_id=api_key_id, url=url, events=events, secret=new_secret(), active=True,
-                               consecutive_failures=0, created_at=utcnow())
+    endpoint = WebhookEndpoint(
+        api_key_id=api_key_id,
+        url=url,
+        events=events,
+        secret=new_secret(),
+        active=True,
+        consecutive_failures=0,
+        created_at=utcnow(),
+    )
     session.add(endpoint)
     session.flush()
     return endpoint
 
 
 def owned(session: Session, api_key_id: str) -> list[WebhookEndpoint]:
-    return list(session.scalars(select(WebhookEndpoint).where(WebhookEndpoint.api_key_id == api_key_id)
-                                .order_by(WebhookEndpoint.created_at)))
+    return list(
+        session.scalars(
+            select(WebhookEndpoint).where(WebhookEndpoint.api_key_id == api_key_id).order_by(WebhookEndpoint.created_at)
+        )
+    )
 
 
 def find(session: Session, api_key_id: str, endpoint_id: str) -> WebhookEndpoint | None:
@@ -47,8 +57,11 @@ def apply(session: Session, endpoint: WebhookEndpoint, change: WebhookUpdate) ->
         endpoint.active, endpoint.consecutive_failures = True, 0
         endpoint.disabled_at = endpoint.disabled_reason = None
         # what waited while it was disabled is due now
-        session.execute(update(WebhookDelivery).where(WebhookDelivery.endpoint_id == endpoint.id, WebhookDelivery.status == "pending")
-                        .values(next_attempt_at=utcnow()))
+        session.execute(
+            update(WebhookDelivery)
+            .where(WebhookDelivery.endpoint_id == endpoint.id, WebhookDelivery.status == "pending")
+            .values(next_attempt_at=utcnow())
+        )
     elif change.active is False and endpoint.active:
         endpoint.active, endpoint.disabled_at, endpoint.disabled_reason = False, utcnow(), "disabled by its owner"
     session.flush()
@@ -63,15 +76,34 @@ def remove(session: Session, endpoint: WebhookEndpoint) -> None:
 
 def attempts(session: Session, endpoint_id: str, limit: int, cursor: str | None = None) -> AttemptPage:
     """The delivery log, newest attempt first, one page. Raises BadCursor."""
-    stmt = (select(WebhookAttempt, WebhookDelivery).join(WebhookDelivery, WebhookDelivery.id == WebhookAttempt.delivery_id)
-            .where(WebhookAttempt.endpoint_id == endpoint_id))
+    stmt = (
+        select(WebhookAttempt, WebhookDelivery)
+        .join(WebhookDelivery, WebhookDelivery.id == WebhookAttempt.delivery_id)
+        .where(WebhookAttempt.endpoint_id == endpoint_id)
+    )
     if cursor is not None:
         at, row_id = log_cursor.decode(cursor)
-        stmt = stmt.where(or_(WebhookAttempt.started_at < at, and_(WebhookAttempt.started_at == at, WebhookAttempt.id < row_id)))
-    rows = session.execute(stmt.order_by(WebhookAttempt.started_at.desc(), WebhookAttempt.id.desc()).limit(limit + 1)).all()
-    items = [AttemptOut(delivery_id=d.id, event_id=d.event_id, event=d.event, attempt=a.attempt, started_at=a.started_at,
-                        status_code=a.status_code, latency_ms=a.latency_ms, error=a.error, outcome=a.outcome,
-                        retry_at=a.retry_at, delivery_status=d.status)
-             for a, d in rows[:limit]]
+        stmt = stmt.where(
+            or_(WebhookAttempt.started_at < at, and_(WebhookAttempt.started_at == at, WebhookAttempt.id < row_id))
+        )
+    rows = session.execute(
+        stmt.order_by(WebhookAttempt.started_at.desc(), WebhookAttempt.id.desc()).limit(limit + 1)
+    ).all()
+    items = [
+        AttemptOut(
+            delivery_id=d.id,
+            event_id=d.event_id,
+            event=d.event,
+            attempt=a.attempt,
+            started_at=a.started_at,
+            status_code=a.status_code,
+            latency_ms=a.latency_ms,
+            error=a.error,
+            outcome=a.outcome,
+            retry_at=a.retry_at,
+            delivery_status=d.status,
+        )
+        for a, d in rows[:limit]
+    ]
     last = rows[limit - 1][0] if len(rows) > limit else None
     return AttemptPage(items=items, next_cursor=None if last is None else log_cursor.encode(last.started_at, last.id))

@@ -51,23 +51,31 @@ class AuditCompleted(BaseModel):
     status: str = Field(description="passed | failed | error | timed_out")
     verdict: str | None = Field(description="pass | fail | error")
     summary: str
-    caught_by: str | None = Field(description="the first stage that failed, else the first that errored; null when none did")
+    caught_by: str | None = Field(
+        description="the first stage that failed, else the first that errored; null when none did"
+    )
     failed_stages: list[str]
     passes_benchmark: bool | None = Field(description="the benchmark's own verifier; null if it did not run")
     numerically_sound: bool | None = Field(description="the probes; null if they did not run")
     stages: dict[str, StageStatus] = Field(
-        default_factory=dict, description="every stage's status but the verdict's, in the order the stages ran (any "
-                                          "stage registered in worker.registry)")
+        default_factory=dict,
+        description="every stage's status but the verdict's, in the order the stages ran (any "
+        "stage registered in worker.registry)",
+    )
     status_url: str
 
 
 class RankChanged(BaseModel):
     problem: str
-    board: str = Field(description="'leaderboard': the rank GET /v1/leaderboard/{problem} shows (every kernel that passes "
-                                    "the benchmark, identical kernels folded into one entry, by speedup); 'audited': the rank "
-                                    "among verified kernels (every run passed every stage), as ?sound_only=true shows it")
-    hardware: str | None = Field(None, description="the board's hardware ('cpu' or the GPU's name): ranks on different "
-                                                   "hardware are separate boards")
+    board: str = Field(
+        description="'leaderboard': the rank GET /v1/leaderboard/{problem} shows (every kernel that passes "
+        "the benchmark, identical kernels folded into one entry, by speedup); 'audited': the rank "
+        "among verified kernels (every run passed every stage), as ?sound_only=true shows it"
+    )
+    hardware: str | None = Field(
+        None,
+        description="the board's hardware ('cpu' or the GPU's name): ranks on different hardware are separate boards",
+    )
     submission_id: str
     submitter: str
     solution_name: str

@@ -33,14 +33,24 @@ def _reachable(url: str, settings: Settings) -> None:
     """Refuse, at registration, a URL whose host resolves to an address the sender would refuse at connect time."""
     target = httpx.URL(url)
     try:
-        AddressPolicy.parse(settings.webhook_allowlist).resolve(target.host, target.port or (443 if target.scheme == "https" else 80))
+        AddressPolicy.parse(settings.webhook_allowlist).resolve(
+            target.host, target.port or (443 if target.scheme == "https" else 80)
+        )
     except RefusedAddress as err:
         raise ApiError(422, "webhook URL not allowed", [FieldError(field="url", reason=str(err))]) from err
 
 
 def _out(e: WebhookEndpoint) -> WebhookOut:
-    return WebhookOut(id=e.id, url=e.url, events=list(e.events), active=e.active, consecutive_failures=e.consecutive_failures,
-                      disabled_at=e.disabled_at, disabled_reason=e.disabled_reason, created_at=e.created_at)
+    return WebhookOut(
+        id=e.id,
+        url=e.url,
+        events=list(e.events),
+        active=e.active,
+        consecutive_failures=e.consecutive_failures,
+        disabled_at=e.disabled_at,
+        disabled_reason=e.disabled_reason,
+        created_at=e.created_at,
+    )
 
 
 def _owned(session: SessionDep, principal: PrincipalDep, endpoint_id: str) -> WebhookEndpoint:
@@ -50,7 +60,9 @@ def _owned(session: SessionDep, principal: PrincipalDep, endpoint_id: str) -> We
     return endpoint
 
 
-@router.post("", status_code=201, response_model=WebhookCreated, responses={422: {"description": "invalid or unreachable URL"}})
+@router.post(
+    "", status_code=201, response_model=WebhookCreated, responses={422: {"description": "invalid or unreachable URL"}}
+)
 def create(body: WebhookCreate, principal: PrincipalDep, session: SessionDep, settings: SettingsDep) -> WebhookCreated:
     """Register an endpoint for this API key's events (admin keys: every submission's). The secret is shown once."""
     _reachable(body.url, settings)
@@ -69,7 +81,9 @@ def read(endpoint_id: str, principal: PrincipalDep, session: SessionDep) -> Webh
 
 
 @router.patch("/{endpoint_id}", response_model=WebhookOut, responses=NOT_FOUND)
-def change(endpoint_id: str, body: WebhookUpdate, principal: PrincipalDep, session: SessionDep, settings: SettingsDep) -> WebhookOut:
+def change(
+    endpoint_id: str, body: WebhookUpdate, principal: PrincipalDep, session: SessionDep, settings: SettingsDep
+) -> WebhookOut:
     """Change the URL or events; `{"active": true}` re-enables a disabled endpoint and sends what waited."""
     endpoint = _owned(session, principal, endpoint_id)
     if body.url is not None:
@@ -84,11 +98,18 @@ def remove(endpoint_id: str, principal: PrincipalDep, session: SessionDep) -> Re
     return Response(status_code=204)
 
 
-@router.get("/{endpoint_id}/deliveries", response_model=AttemptPage,
-            responses={**NOT_FOUND, 422: {"model": ErrorBody, "description": "bad limit or cursor"}})
-def deliveries(endpoint_id: str, principal: PrincipalDep, session: SessionDep,
-               cursor: Annotated[str | None, Query(max_length=200, description="next_cursor from the previous page")] = None,
-               limit: Annotated[int, Query(ge=1, le=100)] = 20) -> AttemptPage:
+@router.get(
+    "/{endpoint_id}/deliveries",
+    response_model=AttemptPage,
+    responses={**NOT_FOUND, 422: {"model": ErrorBody, "description": "bad limit or cursor"}},
+)
+def deliveries(
+    endpoint_id: str,
+    principal: PrincipalDep,
+    session: SessionDep,
+    cursor: Annotated[str | None, Query(max_length=200, description="next_cursor from the previous page")] = None,
+    limit: Annotated[int, Query(ge=1, le=100)] = 20,
+) -> AttemptPage:
     """The delivery log, newest attempt first, a page at a time (like GET /v1/submissions): event, attempt number,
     status code, latency, error, the attempt's own outcome and, after a failure, when the backoff retries it."""
     endpoint = _owned(session, principal, endpoint_id)

@@ -29,8 +29,12 @@ def _check_url(v: str) -> str:
 
 
 class WebhookCreate(BaseModel):
-    url: str = Field(max_length=2000, description="http(s) URL; must resolve to a public address (or one the operator allows)")
-    events: list[EventType] = Field(default_factory=lambda: list(ALL_EVENTS), min_length=1, description="default: every event")
+    url: str = Field(
+        max_length=2000, description="http(s) URL; must resolve to a public address (or one the operator allows)"
+    )
+    events: list[EventType] = Field(
+        default_factory=lambda: list(ALL_EVENTS), min_length=1, description="default: every event"
+    )
 
     _url = field_validator("url")(_check_url)
 
@@ -43,7 +47,9 @@ class WebhookCreate(BaseModel):
 class WebhookUpdate(BaseModel):
     url: str | None = Field(default=None, max_length=2000)
     events: list[EventType] | None = Field(default=None, min_length=1)
-    active: bool | None = Field(default=None, description="true re-enables a disabled endpoint (and resets its failure count)")
+    active: bool | None = Field(
+        default=None, description="true re-enables a disabled endpoint (and resets its failure count)"
+    )
 
     @field_validator("url")
     @classmethod
@@ -80,12 +86,18 @@ class AttemptOut(BaseModel):
     status_code: int | None
     latency_ms: float
     error: str | None
-    outcome: str = Field(description="this attempt's own result: delivered (answered 2xx) or failed (any other answer, "
-                                     "a timeout, a refused address or a connection error)")
-    retry_at: datetime | None = Field(description="failed: when the backoff scheduled the next attempt; null when none "
-                                                  "was (delivered, out of attempts, or the endpoint was disabled)")
-    delivery_status: str = Field(description="the delivery's status now (pending | delivered | failed), across all its "
-                                             "attempts: see `outcome` for this attempt's")
+    outcome: str = Field(
+        description="this attempt's own result: delivered (answered 2xx) or failed (any other answer, "
+        "a timeout, a refused address or a connection error)"
+    )
+    retry_at: datetime | None = Field(
+        description="failed: when the backoff scheduled the next attempt; null when none "
+        "was (delivered, out of attempts, or the endpoint was disabled)"
+    )
+    delivery_status: str = Field(
+        description="the delivery's status now (pending | delivered | failed), across all its "
+        "attempts: see `outcome` for this attempt's"
+    )
 
 
 class AttemptPage(BaseModel):

@@ -40,8 +40,16 @@ def signed_headers(secret: str, event_id: str, body: str, now: datetime | None =
     }
 
 
-def post(url: str, body: str, headers: dict[str, str], *, policy: AddressPolicy, timeout_s: float,
-         resolver: Resolver = system_resolver, tls: ssl.SSLContext | None = None) -> AttemptResult:
+def post(
+    url: str,
+    body: str,
+    headers: dict[str, str],
+    *,
+    policy: AddressPolicy,
+    timeout_s: float,
+    resolver: Resolver = system_resolver,
+    tls: ssl.SSLContext | None = None,
+) -> AttemptResult:
     """`tls`: the certificate check for https (default: the system's CAs), always against the URL's host name."""
     start = time.perf_counter()
 
@@ -55,12 +63,22 @@ def post(url: str, body: str, headers: dict[str, str], *, policy: AddressPolicy,
         return result(None, f"refused: {err}")
     pinned = target.copy_with(host=str(addr))
     extensions = {"sni_hostname": target.host} if target.scheme == "https" else {}
-    request_headers = {**headers, "host": target.netloc.decode("ascii"), "content-type": "application/json",
-                       "user-agent": USER_AGENT}
+    request_headers = {
+        **headers,
+        "host": target.netloc.decode("ascii"),
+        "content-type": "application/json",
+        "user-agent": USER_AGENT,
+    }
     try:
-        with httpx.Client(follow_redirects=False, trust_env=False, timeout=httpx.Timeout(timeout_s),
-                          verify=tls if tls is not None else True) as client:
-            req = client.build_request("POST", pinned, content=body.encode(), headers=request_headers, extensions=extensions)
+        with httpx.Client(
+            follow_redirects=False,
+            trust_env=False,
+            timeout=httpx.Timeout(timeout_s),
+            verify=tls if tls is not None else True,
+        ) as client:
+            req = client.build_request(
+                "POST", pinned, content=body.encode(), headers=request_headers, extensions=extensions
+            )
             resp = client.send(req, stream=True)
             resp.close()  # the status is all we need
     except httpx.TimeoutException as err:
@@ -68,7 +86,9 @@ def post(url: str, body: str, headers: dict[str, str], *, policy: AddressPolicy,
     except httpx.HTTPError as err:
         return result(None, f"{type(err).__name__}: {err}")
     if resp.is_redirect:
-        return result(resp.status_code, f"redirect to {resp.headers.get('location', '?')!r} (redirects are not followed)")
+        return result(
+            resp.status_code, f"redirect to {resp.headers.get('location', '?')!r} (redirects are not followed)"
+        )
     if not 200 <= resp.status_code < 300:
         return result(resp.status_code, f"HTTP {resp.status_code}")
     return result(resp.status_code, None)

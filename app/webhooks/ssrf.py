@@ -83,6 +83,8 @@ class AddressPolicy:
         for addr in addresses:
             why = self.check(host, addr)
             if why is not None:
-                raise RefusedAddress(f"{host} resolves to {addr} ({why}), which webhooks may not reach "
-                                     "unless the operator's KAUDIT_WEBHOOK_ALLOWLIST names it")
+                raise RefusedAddress(
+                    f"{host} resolves to {addr} ({why}), which webhooks may not reach "
+                    "unless the operator's KAUDIT_WEBHOOK_ALLOWLIST names it"
+                )
         return addresses[0]

@@ -44,9 +44,17 @@ def pg_url(_need_postgres: None) -> Iterator[str]:
 def service_settings(pg_url: str, _need_redis: None, tmp_path: Path) -> Iterator[Settings]:
     """Real Postgres (a fresh database) and real Redis, with queue names no other test uses; short leases."""
     settings = Settings(
-        database_url=pg_url, redis_url=REDIS_URL, queue_prefix=f"t{uuid.uuid4().hex[:8]}_", audit_stages="intake",
-        lease_s=4, heartbeat_s=0.5, requeue_after_s=3, reaper_interval_s=0.5, max_claims=4,
-        catalogue_root=None, broker_dir=tmp_path / "broker",
+        database_url=pg_url,
+        redis_url=REDIS_URL,
+        queue_prefix=f"t{uuid.uuid4().hex[:8]}_",
+        audit_stages="intake",
+        lease_s=4,
+        heartbeat_s=0.5,
+        requeue_after_s=3,
+        reaper_interval_s=0.5,
+        max_claims=4,
+        catalogue_root=None,
+        broker_dir=tmp_path / "broker",
     )
     yield settings
     drop_queue(settings.audit_queue)
@@ -55,5 +63,11 @@ def service_settings(pg_url: str, _need_redis: None, tmp_path: Path) -> Iterator
 @pytest.fixture
 def sqlite_settings(tmp_path: Path) -> Settings:
     """The embedded default's storage: SQLite, no broker server (filesystem transport), memory rate limits."""
-    return Settings(database_url=f"sqlite:///{tmp_path / 'kaudit.db'}", redis_url=None, broker_url="filesystem://",
-                    broker_dir=tmp_path / "broker", rate_limit_storage_url="memory://", audit_stages="intake")
+    return Settings(
+        database_url=f"sqlite:///{tmp_path / 'kaudit.db'}",
+        redis_url=None,
+        broker_url="filesystem://",
+        broker_dir=tmp_path / "broker",
+        rate_limit_storage_url="memory://",
+        audit_stages="intake",
+    )

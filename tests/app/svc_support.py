@@ -22,6 +22,7 @@ from app.core import migrate
 from app.core.db import make_engine, make_sessionmaker
 from app.core.settings import Settings
 from app.problems.service import sync_catalogue
+import contextlib
 
 ROOT = Path(__file__).resolve().parents[2]
 PG_ADMIN_URL = os.environ.get("KAUDIT_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
@@ -70,10 +71,8 @@ def drop_queue(queue: str) -> None:
     """Remove a test queue and kombu's bindings for it from the shared Redis."""
     import redis
 
-    try:
+    with contextlib.suppress(redis.RedisError):
         redis.Redis.from_url(REDIS_URL).delete(queue, f"_kombu.binding.{queue}", f"_kombu.binding_permanent.{queue}")
-    except redis.RedisError:
-        pass
 
 
 def bootstrap(settings: Settings) -> dict[str, str]:
@@ -128,13 +127,13 @@ class Proc:
     def __init__(self, argv: list[str], env: dict[str, str], log: Path) -> None:
         self.log = log
         self._fh = open(log, "ab")  # noqa: SIM115
-        self.p = subprocess.Popen(argv, env=env, cwd=ROOT, stdout=self._fh, stderr=subprocess.STDOUT, start_new_session=True)
+        self.p = subprocess.Popen(
+            argv, env=env, cwd=ROOT, stdout=self._fh, stderr=subprocess.STDOUT, start_new_session=True
+        )
 
     def kill(self, sig: int = signal.SIGKILL) -> None:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(self.p.pid, sig)
-        except ProcessLookupError:
-            pass
         try:
             self.p.wait(timeout=20)
         except subprocess.TimeoutExpired:
@@ -150,17 +149,44 @@ class Proc:
 
 
 def start_worker(settings: Settings, log: Path, name: str = "w", queues: str | None = None, **env: str) -> Proc:
-    argv = [sys.executable, "-m", "celery", "-A", "app.jobs.worker", "worker", "-Q", queues or settings.audit_queue,
-            "--concurrency", "1", "--pool", "prefork", "-n", f"{name}-{uuid.uuid4().hex[:6]}@%h", "--loglevel", "INFO",
-            "--without-gossip", "--without-mingle"]
+    argv = [
+        sys.executable,
+        "-m",
+        "celery",
+        "-A",
+        "app.jobs.worker",
+        "worker",
+        "-Q",
+        queues or settings.audit_queue,
+        "--concurrency",
+        "1",
+        "--pool",
+        "prefork",
+        "-n",
+        f"{name}-{uuid.uuid4().hex[:6]}@%h",
+        "--loglevel",
+        "INFO",
+        "--without-gossip",
+        "--without-mingle",
+    ]
     return Proc(argv, env_for(settings, **env), log)
-
 
 
 def start_api(settings: Settings, log: Path, **env: str) -> tuple[Proc, str]:
     port = free_port()
-    argv = [sys.executable, "-m", "uvicorn", "--factory", "app.main:create_app", "--host", "127.0.0.1", "--port", str(port),
-            "--log-level", "warning"]
+    argv = [
+        sys.executable,
+        "-m",
+        "uvicorn",
+        "--factory",
+        "app.main:create_app",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--log-level",
+        "warning",
+    ]
     proc = Proc(argv, env_for(settings, **env), log)
     url = f"http://127.0.0.1:{port}"
     wait_for(lambda: _healthy(url), 60, f"API did not start: {log}", proc)
@@ -234,10 +260,8 @@ def kill_tree(proc: Proc) -> None:
     below = descendants(proc.p.pid)
     proc.kill(signal.SIGKILL)
     for pid in below:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
 
 
 def restart_redis() -> None:
@@ -245,11 +269,28 @@ def restart_redis() -> None:
     import redis
 
     r = redis.Redis.from_url(REDIS_URL)
-    try:
+    with contextlib.suppress(redis.ConnectionError):
         r.shutdown(nosave=True)
-    except redis.ConnectionError:
-        pass
     wait_for(lambda: redis_reachable() is not None, 10, "redis did not stop")
-    subprocess.run(["redis-server", "--daemonize", "yes", "--bind", "127.0.0.1", "-::1", "--port", "6379", "--save", "",
-                    "--appendonly", "no", "--dir", "/var/lib/redis", "--logfile", "/var/log/redis/ci.log"], check=True)
+    subprocess.run(
+        [
+            "redis-server",
+            "--daemonize",
+            "yes",
+            "--bind",
+            "127.0.0.1",
+            "-::1",
+            "--port",
+            "6379",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            "/var/lib/redis",
+            "--logfile",
+            "/var/log/redis/ci.log",
+        ],
+        check=True,
+    )
     wait_for(lambda: redis_reachable() is None, 10, "redis did not come back")

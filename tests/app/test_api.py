@@ -54,14 +54,17 @@ def test_submit_then_status_shows_queued(api) -> None:  # type: ignore[no-untype
 
 
 def test_api_keys_are_required_and_stored_hashed(api) -> None:  # type: ignore[no-untyped-def]
-    client, keys, settings = api
+    client, keys, _settings = api
     assert client.post("/v1/submissions", json=example("pytorch_fp32")).status_code == 401
     assert client.post("/v1/submissions", json=example("pytorch_fp32"), headers=auth("ka_nope")).status_code == 401
     with client.app.state.services.sessions() as s:  # type: ignore[attr-defined]
         stored = [k.key_hash for k in s.scalars(select(ApiKey))]
     assert keys["alice"] not in json.dumps(stored) and all(len(h) == 64 for h in stored)
     # X-API-Key works too
-    assert client.post("/v1/submissions", json=example("pytorch_fp32"), headers={"X-API-Key": keys["alice"]}).status_code == 202
+    assert (
+        client.post("/v1/submissions", json=example("pytorch_fp32"), headers={"X-API-Key": keys["alice"]}).status_code
+        == 202
+    )
 
 
 def test_invalid_solution_names_field_and_reason(api) -> None:  # type: ignore[no-untyped-def]
@@ -76,7 +79,9 @@ def test_invalid_solution_names_field_and_reason(api) -> None:  # type: ignore[n
     del missing["sources"]
     errs = client.post("/v1/submissions", json=missing, headers=auth(keys["alice"])).json()["errors"]
     assert {"field": "sources", "reason": "Field required"} in errs
-    r = client.post("/v1/submissions", content=b"{not json", headers={**auth(keys["alice"]), "content-type": "application/json"})
+    r = client.post(
+        "/v1/submissions", content=b"{not json", headers={**auth(keys["alice"]), "content-type": "application/json"}
+    )
     assert r.status_code == 422 and r.json()["errors"][0]["field"] == "(body)"
 
 
@@ -94,27 +99,43 @@ def test_body_over_1_mib_is_413(api) -> None:  # type: ignore[no-untyped-def]
     sol["description"] = "x" * (1024 * 1024)
     r = client.post("/v1/submissions", json=sol, headers=auth(keys["alice"]))
     assert r.status_code == 413
+
     # without a Content-Length (chunked), still 413
     def chunks() -> Iterator[bytes]:
         for _ in range(20):
             yield b"x" * 65536
-    r = client.post("/v1/submissions", content=chunks(), headers={**auth(keys["alice"]), "content-type": "application/json"})
+
+    r = client.post(
+        "/v1/submissions", content=chunks(), headers={**auth(keys["alice"]), "content-type": "application/json"}
+    )
     assert r.status_code == 413
 
 
 def test_multipart_py_upload(api) -> None:  # type: ignore[no-untyped-def]
     client, keys, _ = api
     src = example("pytorch_fp32")["sources"][0]["content"].encode()
-    r = client.post("/v1/submissions", files={"file": ("my_kernel.py", src, "text/x-python")},
-                    data={"definition": "embedding_backward"}, headers=auth(keys["alice"]))
+    r = client.post(
+        "/v1/submissions",
+        files={"file": ("my_kernel.py", src, "text/x-python")},
+        data={"definition": "embedding_backward"},
+        headers=auth(keys["alice"]),
+    )
     assert r.status_code == 202, r.text
     s = client.get(r.json()["status_url"], headers=auth(keys["alice"])).json()
     assert s["solution_name"] == "my_kernel" and s["problem"] == "embedding_backward"
-    r = client.post("/v1/submissions", files={"file": ("k.py", src, "text/x-python")}, data={"definition": "nope"},
-                    headers=auth(keys["alice"]))
+    r = client.post(
+        "/v1/submissions",
+        files={"file": ("k.py", src, "text/x-python")},
+        data={"definition": "nope"},
+        headers=auth(keys["alice"]),
+    )
     assert r.status_code == 404
-    r = client.post("/v1/submissions", files={"file": ("k.txt", src, "text/plain")}, data={"definition": "embedding_backward"},
-                    headers=auth(keys["alice"]))
+    r = client.post(
+        "/v1/submissions",
+        files={"file": ("k.txt", src, "text/plain")},
+        data={"definition": "embedding_backward"},
+        headers=auth(keys["alice"]),
+    )
     assert r.status_code == 422 and r.json()["errors"][0]["field"] == "file"
 
 
@@ -129,7 +150,9 @@ def test_idempotency_key(api) -> None:  # type: ignore[no-untyped-def]
     other["name"] = "something_else"
     assert client.post("/v1/submissions", json=other, headers=h).status_code == 409
     # the same key from another submitter is a different submission
-    bob = client.post("/v1/submissions", json=example("pytorch_fp32"), headers={**auth(keys["bob"]), "Idempotency-Key": "abc-123"})
+    bob = client.post(
+        "/v1/submissions", json=example("pytorch_fp32"), headers={**auth(keys["bob"]), "Idempotency-Key": "abc-123"}
+    )
     assert bob.status_code == 202 and bob.json()["id"] != first.json()["id"]
     with client.app.state.services.sessions() as s:  # type: ignore[attr-defined]
         assert s.scalar(select(func.count()).select_from(Submission)) == 2
@@ -189,7 +212,9 @@ def test_submissions_are_routed_by_target_hardware(api) -> None:  # type: ignore
     try:
         with TestClient(create_app(both)) as gpu_client:
             sid = gpu_client.post("/v1/submissions", json=gpu_only, headers=auth(keys["alice"])).json()["id"]
-            portable = gpu_client.post("/v1/submissions", json=example("triton_fp32"), headers=auth(keys["alice"])).json()["id"]
+            portable = gpu_client.post(
+                "/v1/submissions", json=example("triton_fp32"), headers=auth(keys["alice"])
+            ).json()["id"]
             assert gpu_client.post(f"/v1/submissions/{sid}/reaudit", headers=auth(keys["admin"])).status_code == 202
             with gpu_client.app.state.services.sessions() as s:  # type: ignore[attr-defined]
                 routed = {(a.submission_id, a.attempt): (a.device, a.queue) for a in s.scalars(select(Audit))}
@@ -205,4 +230,6 @@ def test_admin_creates_keys(api) -> None:  # type: ignore[no-untyped-def]
     assert client.post("/v1/api-keys", json={"submitter": "dave"}, headers=auth(keys["alice"])).status_code == 403
     r = client.post("/v1/api-keys", json={"submitter": "dave", "scopes": ["submit"]}, headers=auth(keys["admin"]))
     assert r.status_code == 201
-    assert client.post("/v1/submissions", json=example("pytorch_fp32"), headers=auth(r.json()["key"])).status_code == 202
+    assert (
+        client.post("/v1/submissions", json=example("pytorch_fp32"), headers=auth(r.json()["key"])).status_code == 202
+    )

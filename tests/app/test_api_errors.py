@@ -24,7 +24,9 @@ def _shape(r) -> list[dict[str, str]]:  # type: ignore[no-untyped-def]
     body = r.json()
     assert set(body) == {"detail", "errors"}, body
     assert isinstance(body["detail"], str) and body["detail"]
-    assert all(set(e) == {"field", "reason"} and all(isinstance(v, str) for v in e.values()) for e in body["errors"]), body
+    assert all(set(e) == {"field", "reason"} and all(isinstance(v, str) for v in e.values()) for e in body["errors"]), (
+        body
+    )
     assert not any(e["reason"].startswith(("Value error, ", "Assertion failed, ")) for e in body["errors"]), body
     return body["errors"]
 
@@ -55,23 +57,30 @@ def test_deeply_nested_json_is_422_not_500(sqlite_api, depth: int) -> None:  # t
     sol = json.dumps(example("pytorch_fp32"))
     body = sol[:-1] + ', "extra": ' + "[" * depth + "]" * depth + "}"
     for path in ("/v1/submissions", "/v1/api-keys"):  # the submission parser and FastAPI's own body parsing
-        r = client.post(path, content=body.encode(), headers={**auth(keys["admin"]), "content-type": "application/json"})
+        r = client.post(
+            path, content=body.encode(), headers={**auth(keys["admin"]), "content-type": "application/json"}
+        )
         assert r.status_code == 422, (path, r.status_code, r.text[:300])
         errs = _shape(r)
         assert errs[0]["field"] == "(body)" and f"at most {MAX_JSON_DEPTH}" in errs[0]["reason"]
     assert _stored(client) == 0
 
 
-@pytest.mark.parametrize(("extra", "needle"), [
-    (b'"x": 1' + b"0" * 5000, "not valid JSON"),  # json.loads raises a plain ValueError (over 4300 digits)
-    (b'"x": "\\ud800"', "lone surrogates"),  # decodes to a str Postgres cannot store as UTF-8
-    (b'"x": "\xff\xfe"', "not valid JSON"),  # not UTF-8
-    (b'"x": "a\\u0000b"', "NUL"),
-])
+@pytest.mark.parametrize(
+    ("extra", "needle"),
+    [
+        (b'"x": 1' + b"0" * 5000, "not valid JSON"),  # json.loads raises a plain ValueError (over 4300 digits)
+        (b'"x": "\\ud800"', "lone surrogates"),  # decodes to a str Postgres cannot store as UTF-8
+        (b'"x": "\xff\xfe"', "not valid JSON"),  # not UTF-8
+        (b'"x": "a\\u0000b"', "NUL"),
+    ],
+)
 def test_unstorable_json_is_422_not_500(api, extra: bytes, needle: str) -> None:  # type: ignore[no-untyped-def]
     client, keys, _ = api
     body = json.dumps(example("pytorch_fp32")).encode()[:-1] + b", " + extra + b"}"
-    r = client.post("/v1/submissions", content=body, headers={**auth(keys["alice"]), "content-type": "application/json"})
+    r = client.post(
+        "/v1/submissions", content=body, headers={**auth(keys["alice"]), "content-type": "application/json"}
+    )
     assert r.status_code == 422, r.text[:300]
     errs = _shape(r)
     assert errs[0]["field"] == "(body)" and needle in errs[0]["reason"], errs
@@ -80,22 +89,31 @@ def test_unstorable_json_is_422_not_500(api, extra: bytes, needle: str) -> None:
 
 def test_bad_headers_and_bodies_use_the_documented_shape(sqlite_api) -> None:  # type: ignore[no-untyped-def]
     client, keys, _ = sqlite_api
-    r = client.post("/v1/submissions", json=example("pytorch_fp32"), headers={**auth(keys["alice"]), "Idempotency-Key": "x" * 300})
+    r = client.post(
+        "/v1/submissions", json=example("pytorch_fp32"), headers={**auth(keys["alice"]), "Idempotency-Key": "x" * 300}
+    )
     assert r.status_code == 422
     assert [e["field"] for e in _shape(r)] == ["Idempotency-Key"]
-    r = client.post("/v1/api-keys", json={"submitter": "", "scopes": ["root"], "rate_limit": "lots"}, headers=auth(keys["admin"]))
+    r = client.post(
+        "/v1/api-keys", json={"submitter": "", "scopes": ["root"], "rate_limit": "lots"}, headers=auth(keys["admin"])
+    )
     assert r.status_code == 422
     fields = {e["field"] for e in _shape(r)}
     assert {"submitter", "scopes.0", "rate_limit"} <= fields, fields
-    r = client.post("/v1/api-keys", content=b"{nope", headers={**auth(keys["admin"]), "content-type": "application/json"})
+    r = client.post(
+        "/v1/api-keys", content=b"{nope", headers={**auth(keys["admin"]), "content-type": "application/json"}
+    )
     assert r.status_code == 422 and _shape(r)[0]["field"] == "(body)"
     # a validator's own words come through without pydantic's "Value error, " prefix
     bad = example("pytorch_fp32")
     bad["sources"][0]["path"] = "../escape.py"
     r = client.post("/v1/submissions", json=bad, headers=auth(keys["alice"]))
     assert r.status_code == 422
-    assert {"field": "sources.0.path", "reason": "must be a relative path inside the solution: it has a '..' part: a source must "
-                                                 "stay inside the solution folder"} in _shape(r)
+    assert {
+        "field": "sources.0.path",
+        "reason": "must be a relative path inside the solution: it has a '..' part: a source must "
+        "stay inside the solution folder",
+    } in _shape(r)
     # HTTPException answers too: 401, 403, 404, 405, 413, 415
     assert client.post("/v1/submissions", json=example("pytorch_fp32")).status_code == 401
     _shape(client.post("/v1/submissions", json=example("pytorch_fp32")))
@@ -105,7 +123,11 @@ def test_bad_headers_and_bodies_use_the_documented_shape(sqlite_api) -> None:  #
     assert r.status_code == 404 and _shape(r) == []
     assert client.put("/v1/submissions", headers=auth(keys["alice"])).status_code == 405
     _shape(client.put("/v1/submissions", headers=auth(keys["alice"])))
-    r = client.post("/v1/submissions", content=b"x" * (2 * 1024 * 1024), headers={**auth(keys["alice"]), "content-type": "text/plain"})
+    r = client.post(
+        "/v1/submissions",
+        content=b"x" * (2 * 1024 * 1024),
+        headers={**auth(keys["alice"]), "content-type": "text/plain"},
+    )
     assert r.status_code == 413 and _shape(r)[0]["field"] == "(body)"
     r = client.post("/v1/submissions", content=b"x", headers={**auth(keys["alice"]), "content-type": "text/plain"})
     assert r.status_code == 415 and _shape(r)[0]["field"] == "content-type"
@@ -137,12 +159,15 @@ def test_wrong_entry_point_answer_is_brief(sqlite_api) -> None:  # type: ignore[
     assert len(errs) == 21 and errs[-1]["reason"] == "80 more errors not shown"
 
 
-@pytest.mark.parametrize(("source", "field", "needle"), [
-    ("def run(a, b:\n    pass\n", "sources.0.content", "syntax error"),
-    ("def forward(indices, grad_output, out):\n    pass\n", "spec.entry_point", "entry point 'run' is not defined"),
-    ("def run(indices):\n    pass\n", "spec.entry_point", "takes 1 positional arguments"),
-    ("x = (" * 300 + ")" * 300 + "\ndef run(*a):\n    pass\n", "sources.0.content", "kernel.py"),
-])
+@pytest.mark.parametrize(
+    ("source", "field", "needle"),
+    [
+        ("def run(a, b:\n    pass\n", "sources.0.content", "syntax error"),
+        ("def forward(indices, grad_output, out):\n    pass\n", "spec.entry_point", "entry point 'run' is not defined"),
+        ("def run(indices):\n    pass\n", "spec.entry_point", "takes 1 positional arguments"),
+        ("x = (" * 300 + ")" * 300 + "\ndef run(*a):\n    pass\n", "sources.0.content", "kernel.py"),
+    ],
+)
 def test_cheap_checks_are_answered_at_post(sqlite_api, source: str, field: str, needle: str) -> None:  # type: ignore[no-untyped-def]
     """Syntax, entry point and arity come back at once as 422 (they came back after the queue), and nothing is stored."""
     client, keys, _ = sqlite_api
@@ -154,8 +179,12 @@ def test_cheap_checks_are_answered_at_post(sqlite_api, source: str, field: str, 
     errs = _shape(r)
     assert errs[0]["field"] == field and needle in errs[0]["reason"], errs
     # the .py upload gets the same checks
-    r = client.post("/v1/submissions", files={"file": ("mine.py", source.encode(), "text/x-python")},
-                    data={"definition": "embedding_backward"}, headers=auth(keys["alice"]))
+    r = client.post(
+        "/v1/submissions",
+        files={"file": ("mine.py", source.encode(), "text/x-python")},
+        data={"definition": "embedding_backward"},
+        headers=auth(keys["alice"]),
+    )
     assert r.status_code == 422 and needle.replace("kernel.py", "mine.py") in _shape(r)[0]["reason"]
     assert _stored(client) == 0
 

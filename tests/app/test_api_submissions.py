@@ -31,8 +31,19 @@ def _run_stages(client, audit_id: str, stages: list[tuple[str, dict]], finish: s
         assert audits.claim(s, audit_id, "test-worker", 60) is not None
     for name, evidence in stages:
         with client.app.state.services.sessions.begin() as s:
-            assert audits.store_stage(s, audit_id, "test-worker", name=name, position=stage_order().index(name), status="passed",
-                                      summary=f"{name} ok", metrics={"n": 1}, evidence=evidence, duration_s=0.5, lease_s=60)
+            assert audits.store_stage(
+                s,
+                audit_id,
+                "test-worker",
+                name=name,
+                position=stage_order().index(name),
+                status="passed",
+                summary=f"{name} ok",
+                metrics={"n": 1},
+                evidence=evidence,
+                duration_s=0.5,
+                lease_s=60,
+            )
     if finish:
         with client.app.state.services.sessions.begin() as s:
             assert audits.finish(s, audit_id, "test-worker", finish, "pass" if finish == "passed" else "fail", "done")
@@ -56,7 +67,9 @@ def test_list_own_submissions_paginated_and_filtered(api) -> None:  # type: igno
         assert len(page["items"]) <= 2 and all(i["submitter"] == "alice" for i in page["items"])
         if page["next_cursor"] is None:
             break
-        page = client.get("/v1/submissions", params={"limit": 2, "cursor": page["next_cursor"]}, headers=auth(keys["alice"])).json()
+        page = client.get(
+            "/v1/submissions", params={"limit": 2, "cursor": page["next_cursor"]}, headers=auth(keys["alice"])
+        ).json()
     assert seen == list(reversed(mine))  # newest first, each once, never bob's
     everyone = client.get("/v1/submissions?limit=100", headers=auth(keys["admin"])).json()["items"]
     assert {i["id"] for i in everyone} == {*mine, theirs}
@@ -67,10 +80,17 @@ def test_list_own_submissions_paginated_and_filtered(api) -> None:  # type: igno
     assert [(i["id"], i["status"], i["verdict"]) for i in failed] == [(mine[0], "failed", "fail")]
     assert len(client.get("/v1/submissions?status=queued", headers=auth(keys["alice"])).json()["items"]) == 4
     assert client.get("/v1/submissions?problem=rmsnorm_forward", headers=auth(keys["alice"])).json()["items"] == []
-    assert len(client.get("/v1/submissions?problem=embedding_backward", headers=auth(keys["alice"])).json()["items"]) == 5
+    assert (
+        len(client.get("/v1/submissions?problem=embedding_backward", headers=auth(keys["alice"])).json()["items"]) == 5
+    )
     # bad parameters are 422 with the field
-    for query, field in (("status=finished", "status"), ("limit=0", "limit"), ("limit=101", "limit"), ("cursor=%25%25", "cursor"),
-                         ("cursor=" + "QUFB", "cursor")):
+    for query, field in (
+        ("status=finished", "status"),
+        ("limit=0", "limit"),
+        ("limit=101", "limit"),
+        ("cursor=%25%25", "cursor"),
+        ("cursor=" + "QUFB", "cursor"),
+    ):
         r = client.get("/v1/submissions?" + query, headers=auth(keys["alice"]))
         assert r.status_code == 422 and r.json()["errors"][0]["field"] == field, (query, r.text)
     assert client.get("/v1/submissions").status_code == 401
@@ -88,7 +108,11 @@ def test_attempts_keep_the_previous_result_and_seeds_are_strings(api) -> None:  
     assert s["attempt"] == 2 and s["status"] == "queued" and s["seed"] is None and s["stages"] == []
     assert [a["attempt"] for a in s["attempts"]] == [1, 2]
     old = s["attempts"][0]
-    assert old["status"] == "passed" and old["verdict"] == "pass" and [st["name"] for st in old["stages"]] == ["intake", "static"]
+    assert (
+        old["status"] == "passed"
+        and old["verdict"] == "pass"
+        and [st["name"] for st in old["stages"]] == ["intake", "static"]
+    )
     assert isinstance(old["seed"], str) and int(old["seed"]) > 0
     assert old["stages"][0]["evidence"]["seeds"] == [str(big), 7]
     # read as JSON by a client with doubles only (JavaScript, jq), every integer survives
@@ -132,11 +156,17 @@ def test_api_keys_listed_and_revoked_at_once(api) -> None:  # type: ignore[no-un
     listed = client.get("/v1/api-keys", headers=auth(keys["alice"])).json()
     assert {k["submitter"] for k in listed} == {"alice"} and made["id"] in {k["id"] for k in listed}
     assert all("key" not in k and "key_hash" not in k and len(k["prefix"]) < 16 for k in listed)
-    assert {k["submitter"] for k in client.get("/v1/api-keys", headers=auth(keys["admin"])).json()} == {"admin", "alice", "bob"}
+    assert {k["submitter"] for k in client.get("/v1/api-keys", headers=auth(keys["admin"])).json()} == {
+        "admin",
+        "alice",
+        "bob",
+    }
     # the new key works; it is cached now, and revocation still takes effect on the very next request
     assert client.get("/v1/submissions", headers=auth(made["key"])).status_code == 200
     bob_keys = [k for k in client.get("/v1/api-keys", headers=auth(keys["bob"])).json()]
-    assert client.delete(f"/v1/api-keys/{bob_keys[0]['id']}", headers=auth(keys["alice"])).status_code == 404  # not hers
+    assert (
+        client.delete(f"/v1/api-keys/{bob_keys[0]['id']}", headers=auth(keys["alice"])).status_code == 404
+    )  # not hers
     r = client.delete(f"/v1/api-keys/{made['id']}", headers=auth(keys["alice"]))
     assert r.status_code == 200 and r.json()["revoked_at"] is not None
     assert client.get("/v1/submissions", headers=auth(made["key"])).status_code == 401

@@ -27,23 +27,46 @@ def test_problems_lists_the_catalogue() -> None:
     names = {p["name"] for p in json.loads(r.stdout)}
     # every problem folder under kernels/ (the catalogue grows), the five original ones among them
     assert names == {d.parent.name for d in KERNELS.glob("*/definition.json")}
-    assert {"embedding_backward", "embedding_rmsnorm_backward", "rmsnorm_forward", "rmsnorm_backward", "cross_entropy"} <= names
+    assert {
+        "embedding_backward",
+        "embedding_rmsnorm_backward",
+        "rmsnorm_forward",
+        "rmsnorm_backward",
+        "cross_entropy",
+    } <= names
 
 
 def test_correct_kernel_passes_with_exit_0_and_json_report() -> None:
-    r = _run("audit", str(KERNELS / "embedding_backward/solutions/pytorch_fp32"), "--stages", "static,benchmark,probes", "--json")
+    r = _run(
+        "audit",
+        str(KERNELS / "embedding_backward/solutions/pytorch_fp32"),
+        "--stages",
+        "static,benchmark,probes",
+        "--json",
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     report = json.loads(r.stdout)
     assert report["verdict"] == "pass"
     statuses = {s["name"]: s["status"] for s in report["stages"]}
-    assert statuses == {"intake": "passed", "static": "passed", "benchmark": "passed", "probes": "passed",
-                        "canary": "skipped", "verdict": "passed"}
+    assert statuses == {
+        "intake": "passed",
+        "static": "passed",
+        "benchmark": "passed",
+        "probes": "passed",
+        "canary": "skipped",
+        "verdict": "passed",
+    }
     assert all(s["summary"] for s in report["stages"])
 
 
 def test_bf16_accumulator_passes_benchmark_fails_probes_exit_1() -> None:
-    r = _run("audit", str(KERNELS / "embedding_backward/solutions/pytorch_bf16_accum/solution.json"),
-             "--stages", "benchmark,probes", "--json")
+    r = _run(
+        "audit",
+        str(KERNELS / "embedding_backward/solutions/pytorch_bf16_accum/solution.json"),
+        "--stages",
+        "benchmark,probes",
+        "--json",
+    )
     assert r.returncode == 1, r.stdout + r.stderr
     report = json.loads(r.stdout)
     statuses = {s["name"]: s["status"] for s in report["stages"]}
@@ -64,13 +87,21 @@ def test_python_file_shorthand_needs_a_definition(tmp_path: Path) -> None:
 
 def test_bad_input_exits_2_with_the_field(tmp_path: Path) -> None:
     bad = tmp_path / "solution.json"
-    bad.write_text(json.dumps({"name": "x", "definition": "embedding_backward", "spec": {"languages": ["pytorch"]}, "sources": []}))
+    bad.write_text(
+        json.dumps({"name": "x", "definition": "embedding_backward", "spec": {"languages": ["pytorch"]}, "sources": []})
+    )
     r = _run("audit", str(bad))
     assert r.returncode == 2
     assert "spec.entry_point" in r.stdout + r.stderr
     unknown = tmp_path / "u.json"
-    unknown.write_text(json.dumps({**json.loads((KERNELS / "embedding_backward/solutions/pytorch_fp32/solution.json").read_text()),
-                                   "definition": "no_such_op"}))
+    unknown.write_text(
+        json.dumps(
+            {
+                **json.loads((KERNELS / "embedding_backward/solutions/pytorch_fp32/solution.json").read_text()),
+                "definition": "no_such_op",
+            }
+        )
+    )
     r = _run("audit", str(unknown))
     assert r.returncode == 2 and "unknown definition 'no_such_op'" in r.stdout + r.stderr
     r = _run("audit", str(tmp_path / "missing.json"))
@@ -95,7 +126,15 @@ def test_problem_dir_audits_a_definition_outside_the_catalogue(tmp_path: Path) -
     assert json.loads(r.stdout)["definition"] == "my_softmax"
     # a solution naming another definition is audited against the one given (SOL-ExecBench never compares them),
     # and the report says so
-    other = _run("audit", str(KERNELS / "softmax/solutions/pytorch_fp32"), "--problem-dir", str(own), "--stages", "intake", "--json")
+    other = _run(
+        "audit",
+        str(KERNELS / "softmax/solutions/pytorch_fp32"),
+        "--problem-dir",
+        str(own),
+        "--stages",
+        "intake",
+        "--json",
+    )
     assert other.returncode == 0, other.stdout + other.stderr
     report = json.loads(other.stdout)
     assert report["definition"] == "my_softmax"
@@ -106,7 +145,15 @@ def test_problem_dir_audits_a_definition_outside_the_catalogue(tmp_path: Path) -
 def test_a_problem_folder_need_not_be_named_after_its_definition(tmp_path: Path) -> None:
     """tests/fixtures/solexecbench holds the definition vecadd_f32, in SOL-ExecBench's own format."""
     assert FIXTURES.name != json.loads((FIXTURES / "definition.json").read_text())["name"]
-    r = _run("audit", str(FIXTURES / "solution_pytorch.json"), "--problem-dir", str(FIXTURES), "--stages", "benchmark", "--json")
+    r = _run(
+        "audit",
+        str(FIXTURES / "solution_pytorch.json"),
+        "--problem-dir",
+        str(FIXTURES),
+        "--stages",
+        "benchmark",
+        "--json",
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     report = json.loads(r.stdout)
     assert report["definition"] == "vecadd_f32" and report["verdict"] == "pass"
@@ -129,8 +176,18 @@ def test_definition_flag_picks_the_catalogue_problem_by_name(tmp_path: Path) -> 
     (tmp_path / "solution.json").write_text(json.dumps(sol))
     r = CliRunner().invoke(app, ["audit", str(tmp_path / "solution.json"), "--stages", "intake", "--json"])
     assert r.exit_code == 2 and "unknown definition 'embedding_backward_v2'" in r.stderr
-    r = CliRunner().invoke(app, ["audit", str(tmp_path / "solution.json"), "--definition", "embedding_backward",
-                                 "--stages", "intake", "--json"])
+    r = CliRunner().invoke(
+        app,
+        [
+            "audit",
+            str(tmp_path / "solution.json"),
+            "--definition",
+            "embedding_backward",
+            "--stages",
+            "intake",
+            "--json",
+        ],
+    )
     assert r.exit_code == 0, r.stdout + r.stderr
     report = json.loads(r.stdout)
     assert report["definition"] == "embedding_backward" and report["stages"][0]["status"] == "passed"

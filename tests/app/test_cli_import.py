@@ -19,7 +19,9 @@ WIDE = {"COLUMNS": "240"}  # rich folds table cells at the terminal's width; kee
 
 def _definition(name: str, scale: float) -> dict[str, object]:
     return {
-        "name": name, "op_type": "elementwise", "description": f"x times {scale}",
+        "name": name,
+        "op_type": "elementwise",
+        "description": f"x times {scale}",
         "axes": {"n": {"type": "var"}, "d": {"type": "const", "value": 8}},
         "inputs": {"x": {"shape": ["n", "d"], "dtype": "float32"}},
         "outputs": {"y": {"shape": ["n", "d"], "dtype": "float32"}},
@@ -27,11 +29,15 @@ def _definition(name: str, scale: float) -> dict[str, object]:
     }
 
 
-def _folder(folder: Path, definition: dict[str, object], workloads: list[dict[str, object]], *, traced: bool = False) -> None:
+def _folder(
+    folder: Path, definition: dict[str, object], workloads: list[dict[str, object]], *, traced: bool = False
+) -> None:
     folder.mkdir(parents=True)
     (folder / "definition.json").write_text(json.dumps(definition))
-    lines = [{"definition": definition["name"], "workload": w, "solution": None, "evaluation": None} if traced else w
-             for w in workloads]
+    lines = [
+        {"definition": definition["name"], "workload": w, "solution": None, "evaluation": None} if traced else w
+        for w in workloads
+    ]
     (folder / "workload.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
 
 
@@ -47,26 +53,45 @@ def dataset(tmp_path: Path) -> Path:
     root = tmp_path / "dataset"
     (root / "blobs").mkdir(parents=True)
     save_file({"x": torch.arange(32, dtype=torch.float32).reshape(4, 8)}, str(root / "blobs" / "x4.safetensors"))
-    _folder(root / "L1" / "001_scale_two", _definition("scale_two", 2.0),
-            [{"uuid": "two-r", "axes": {"n": 16}, "inputs": {"x": {"type": "random"}}},
-             {"uuid": "two-blob", "axes": {"n": 4}, "inputs": _blob("blobs/x4.safetensors")}])
-    _folder(root / "L2" / "002_scale_three", _definition("scale_three", 3.0),
-            [{"uuid": "three-r", "axes": {"n": 8}, "inputs": {"x": {"type": "random"}}},
-             {"uuid": "three-gone", "axes": {"n": 4}, "inputs": _blob("blobs/not_there.safetensors")}], traced=True)
+    _folder(
+        root / "L1" / "001_scale_two",
+        _definition("scale_two", 2.0),
+        [
+            {"uuid": "two-r", "axes": {"n": 16}, "inputs": {"x": {"type": "random"}}},
+            {"uuid": "two-blob", "axes": {"n": 4}, "inputs": _blob("blobs/x4.safetensors")},
+        ],
+    )
+    _folder(
+        root / "L2" / "002_scale_three",
+        _definition("scale_three", 3.0),
+        [
+            {"uuid": "three-r", "axes": {"n": 8}, "inputs": {"x": {"type": "random"}}},
+            {"uuid": "three-gone", "axes": {"n": 4}, "inputs": _blob("blobs/not_there.safetensors")},
+        ],
+        traced=True,
+    )
     (tmp_path / "secret.safetensors").write_bytes(b"a file of the importing host")
-    _folder(root / "L2" / "003_escapes", _definition("escapes", 4.0),
-            [{"uuid": "e", "axes": {"n": 4}, "inputs": _blob("../secret.safetensors")}])
+    _folder(
+        root / "L2" / "003_escapes",
+        _definition("escapes", 4.0),
+        [{"uuid": "e", "axes": {"n": 4}, "inputs": _blob("../secret.safetensors")}],
+    )
     return root
 
 
 def _solution(tmp_path: Path, definition: str, scale: float) -> Path:
     folder = tmp_path / "solution"
     folder.mkdir(exist_ok=True)
-    (folder / "solution.json").write_text(json.dumps({
-        "name": "mine", "definition": definition,
-        "spec": {"languages": ["pytorch"], "entry_point": "k.py::run", "destination_passing_style": False},
-        "sources": [{"path": "k.py", "content": f"def run(x):\n    return x * {scale}\n"}],
-    }))
+    (folder / "solution.json").write_text(
+        json.dumps(
+            {
+                "name": "mine",
+                "definition": definition,
+                "spec": {"languages": ["pytorch"], "entry_point": "k.py::run", "destination_passing_style": False},
+                "sources": [{"path": "k.py", "content": f"def run(x):\n    return x * {scale}\n"}],
+            }
+        )
+    )
     return folder
 
 
@@ -74,14 +99,19 @@ def test_import_prints_what_was_imported_and_refused_and_exits_0(dataset: Path, 
     dest = tmp_path / "catalogue"
     r = CliRunner().invoke(app, ["problems", "import", str(dataset), "--into", str(dest)], env=WIDE)
     assert r.exit_code == 0, r.stdout + r.stderr
-    rows = {line.split("│")[1].strip(): [c.strip() for c in line.split("│")[2:-1]]
-            for line in r.stdout.splitlines() if line.count("│") >= 3}
+    rows = {
+        line.split("│")[1].strip(): [c.strip() for c in line.split("│")[2:-1]]
+        for line in r.stdout.splitlines()
+        if line.count("│") >= 3
+    }
     assert rows["scale_two"] == ["2", "1", "-"]  # workloads, blobs, missing blobs
     assert rows["scale_three"] == ["2", "0", "blobs/not_there.safetensors"]
     assert "L2/003_escapes" in rows and "no '..'" in rows["L2/003_escapes"][0], rows
     assert "2 imported, 1 refused" in r.stdout
     # the blob is copied in, byte for byte, and each folder is marked as imported (its reference untrusted)
-    assert (dest / "scale_two/data/blobs/x4.safetensors").read_bytes() == (dataset / "blobs/x4.safetensors").read_bytes()
+    assert (dest / "scale_two/data/blobs/x4.safetensors").read_bytes() == (
+        dataset / "blobs/x4.safetensors"
+    ).read_bytes()
     assert sorted(p.name for p in dest.iterdir()) == ["scale_three", "scale_two"]
     assert all((p := provenance_of(dest / n)) is not None and not p.reviewed for n in ("scale_two", "scale_three"))
 
@@ -95,8 +125,9 @@ def test_an_imported_catalogue_audits_by_catalogue_and_by_problem_dir(dataset: P
     assert r.exit_code == 0 and json.loads(r.stdout)["does_not_load"] == {}, r.stdout + r.stderr
     good = _solution(tmp_path, "scale_two", 2.0)
     # by name, from the imported catalogue: the blob workload is read from the copy
-    r = CliRunner().invoke(app, ["audit", str(good), "--catalogue", str(dest), "--stages", "intake,benchmark",
-                                 "--json", "--seed", "1"])
+    r = CliRunner().invoke(
+        app, ["audit", str(good), "--catalogue", str(dest), "--stages", "intake,benchmark", "--json", "--seed", "1"]
+    )
     assert r.exit_code == 0, r.stdout + r.stderr
     bench = next(s for s in json.loads(r.stdout)["stages"] if s["name"] == "benchmark")
     assert bench["status"] == "passed" and set(bench["metrics"]["workloads"]) == {"two-r", "two-blob"}
@@ -104,13 +135,26 @@ def test_an_imported_catalogue_audits_by_catalogue_and_by_problem_dir(dataset: P
     r = CliRunner().invoke(app, ["audit", str(good), "--stages", "intake"])
     assert r.exit_code == 2 and "unknown definition 'scale_two'" in r.stderr
     # one imported folder as --problem-dir, a .py file named with --definition against the catalogue
-    r = CliRunner().invoke(app, ["audit", str(good), "--problem-dir", str(dest / "scale_two"), "--stages", "intake,benchmark",
-                                 "--json", "--seed", "1"])
+    r = CliRunner().invoke(
+        app,
+        [
+            "audit",
+            str(good),
+            "--problem-dir",
+            str(dest / "scale_two"),
+            "--stages",
+            "intake,benchmark",
+            "--json",
+            "--seed",
+            "1",
+        ],
+    )
     assert r.exit_code == 0 and json.loads(r.stdout)["verdict"] == "pass", r.stdout + r.stderr
     kernel = tmp_path / "k3.py"  # the .py shorthand is destination-passing: run(x, y)
     kernel.write_text("def run(x, y):\n    y.copy_(x * 3.0)\n")
-    r = CliRunner().invoke(app, ["audit", str(kernel), "-d", "scale_three", "--catalogue", str(dest), "--stages", "intake",
-                                 "--json"])
+    r = CliRunner().invoke(
+        app, ["audit", str(kernel), "-d", "scale_three", "--catalogue", str(dest), "--stages", "intake", "--json"]
+    )
     assert r.exit_code == 0, r.stdout + r.stderr
     assert json.loads(r.stdout)["definition"] == "scale_three"
 
@@ -128,7 +172,9 @@ def test_nothing_imported_exits_1(tmp_path: Path, dataset: Path) -> None:
     assert r.exit_code == 1 and "no definition.json" in r.stderr
 
 
-def test_bad_input_and_a_missing_destination_exit_2(dataset: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_bad_input_and_a_missing_destination_exit_2(
+    dataset: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.delenv("KAUDIT_CATALOGUE_ROOT", raising=False)
     r = CliRunner().invoke(app, ["problems", "import", str(dataset)])
     assert r.exit_code == 2 and "pass --into DIR, or set KAUDIT_CATALOGUE_ROOT" in r.stderr, r.stderr
@@ -137,14 +183,17 @@ def test_bad_input_and_a_missing_destination_exit_2(dataset: Path, tmp_path: Pat
     monkeypatch.setenv("KAUDIT_CATALOGUE_ROOT", str(a_file))
     r = CliRunner().invoke(app, ["problems", "import", str(dataset)])
     assert r.exit_code == 2 and "KAUDIT_CATALOGUE_ROOT" in r.stderr and "--into" in r.stderr, r.stderr
-    r = CliRunner().invoke(app, ["problems", "import", str(tmp_path / "no_such_dataset"), "--into", str(tmp_path / "c")])
+    r = CliRunner().invoke(
+        app, ["problems", "import", str(tmp_path / "no_such_dataset"), "--into", str(tmp_path / "c")]
+    )
     assert r.exit_code == 2 and "not a folder" in r.stderr
     r = CliRunner().invoke(app, ["problems", "import", str(dataset), "--into", str(dataset / "L1")])
     assert r.exit_code == 2 and "overlap" in r.stderr
 
 
-def test_the_configured_catalogue_root_is_the_default_destination(dataset: Path, tmp_path: Path,
-                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_configured_catalogue_root_is_the_default_destination(
+    dataset: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     root = tmp_path / "configured"
     monkeypatch.setenv("KAUDIT_CATALOGUE_ROOT", str(root))
     r = CliRunner().invoke(app, ["problems", "import", str(dataset), "--json"])

@@ -25,7 +25,9 @@ def _traces(path: Path) -> list[Trace]:
 
 def test_a_correct_solution_writes_one_passed_trace_per_cpu_workload(tmp_path: Path) -> None:
     out = tmp_path / "traces.jsonl"
-    r = CliRunner().invoke(app, ["audit", str(CORRECT), "--stages", STAGES, "--json", "--traces", str(out), "--seed", "3"])
+    r = CliRunner().invoke(
+        app, ["audit", str(CORRECT), "--stages", STAGES, "--json", "--traces", str(out), "--seed", "3"]
+    )
     assert r.exit_code == 0, r.stdout + r.stderr
     assert json.loads(r.stdout)["verdict"] == "pass"  # stdout stays one JSON object; the count goes to stderr
     workloads = load_catalogue().get("embedding_backward").workloads_cpu
@@ -40,8 +42,9 @@ def test_a_wrong_solution_s_traces_say_where_it_failed(tmp_path: Path) -> None:
     kernel = tmp_path / "zeros.py"
     kernel.write_text(WRONG)
     out = tmp_path / "traces.jsonl"
-    r = CliRunner().invoke(app, ["audit", str(kernel), "-d", "embedding_backward", "--stages", STAGES,
-                                 "--traces", str(out), "--seed", "3"])
+    r = CliRunner().invoke(
+        app, ["audit", str(kernel), "-d", "embedding_backward", "--stages", STAGES, "--traces", str(out), "--seed", "3"]
+    )
     assert r.exit_code == 1, r.stdout + r.stderr
     (first, *rest) = _traces(out)  # the benchmark stops at the first failing workload: the rest were not evaluated
     assert first.evaluation is not None and first.evaluation.status is EvaluationStatus.INCORRECT_NUMERICAL

@@ -49,8 +49,13 @@ def _assert_exactly_once(settings: Settings, sids: list[str]) -> None:
         for sid in sids:
             audits = list(s.scalars(select(Audit).where(Audit.submission_id == sid)))
             assert len(audits) == 1 and audits[0].status == "passed", [(a.status, a.summary) for a in audits]
-            names = list(s.scalars(select(StageResultRow.name).where(StageResultRow.audit_id == audits[0].id)
-                                   .order_by(StageResultRow.position)))
+            names = list(
+                s.scalars(
+                    select(StageResultRow.name)
+                    .where(StageResultRow.audit_id == audits[0].id)
+                    .order_by(StageResultRow.position)
+                )
+            )
             assert names == STAGES  # one row per stage: no duplicates, none missing
 
 
@@ -62,19 +67,29 @@ def test_sigkill_mid_audit_is_completed_once_by_another_worker(service_settings:
     w2 = None
     try:
         slow = httpx.post(f"{url}/v1/submissions", json=slow_import_solution(40), headers=h, timeout=10).json()["id"]
-        wait_for(lambda: _status(url, keys["alice"], slow)["status"] == "running" and sandbox_started(w1.p.pid), 90,
-                 "the audit never started", w1)
+        wait_for(
+            lambda: _status(url, keys["alice"], slow)["status"] == "running" and sandbox_started(w1.p.pid),
+            90,
+            "the audit never started",
+            w1,
+        )
         sessions = _db(service_settings)
         with sessions() as s:
             first_owner = s.scalar(select(Audit.lease_owner).where(Audit.submission_id == slow))
         kill_tree(w1)  # SIGKILL, mid-audit: the submission's import is sleeping inside intake
-        queued_meanwhile = httpx.post(f"{url}/v1/submissions", json=example("pytorch_fp32"), headers=h, timeout=10).json()["id"]
+        queued_meanwhile = httpx.post(
+            f"{url}/v1/submissions", json=example("pytorch_fp32"), headers=h, timeout=10
+        ).json()["id"]
         assert _status(url, keys["alice"], slow)["status"] == "running"  # the lease is still held by the dead worker
 
         w2 = start_worker(service_settings, tmp_path / "w2.log", "w2")
         for sid in (slow, queued_meanwhile):
-            wait_for(lambda sid=sid: _status(url, keys["alice"], sid)["status"] not in ("queued", "running"), 120,
-                     f"{sid} was not completed after the crash", w2)
+            wait_for(
+                lambda sid=sid: _status(url, keys["alice"], sid)["status"] not in ("queued", "running"),
+                120,
+                f"{sid} was not completed after the crash",
+                w2,
+            )
         _assert_exactly_once(service_settings, [slow, queued_meanwhile])
         with sessions() as s:
             audit = s.scalar(select(Audit).where(Audit.submission_id == slow))
@@ -94,8 +109,10 @@ def test_redis_restart_loses_no_committed_submission(service_settings: Settings,
     api, url = start_api(service_settings, tmp_path / "api.log")
     worker = None
     try:
-        before = [httpx.post(f"{url}/v1/submissions", json=example("pytorch_fp32"), headers=h, timeout=10).json()["id"]
-                  for _ in range(3)]
+        before = [
+            httpx.post(f"{url}/v1/submissions", json=example("pytorch_fp32"), headers=h, timeout=10).json()["id"]
+            for _ in range(3)
+        ]
         r = redis.Redis.from_url(REDIS_URL)
         assert r.llen(service_settings.audit_queue) == 3  # enqueued after commit
         restart_redis()
@@ -105,8 +122,12 @@ def test_redis_restart_loses_no_committed_submission(service_settings: Settings,
         worker = start_worker(service_settings, tmp_path / "worker.log")
         sids = [*before, after.json()["id"]]
         for sid in sids:
-            wait_for(lambda sid=sid: _status(url, keys["bob"], sid)["status"] not in ("queued", "running"), 180,
-                     f"{sid} was lost with the Redis restart", worker)
+            wait_for(
+                lambda sid=sid: _status(url, keys["bob"], sid)["status"] not in ("queued", "running"),
+                180,
+                f"{sid} was lost with the Redis restart",
+                worker,
+            )
         _assert_exactly_once(service_settings, sids)
     finally:
         if worker is not None:
@@ -122,8 +143,12 @@ def test_redelivery_of_finished_or_leased_audit_is_a_noop(service_settings: Sett
 
     keys = bootstrap(service_settings)
     with TestClient(create_app(service_settings)) as client:
-        ids = [client.post("/v1/submissions", json=example("pytorch_fp32"), headers={"X-API-Key": keys["alice"]}).json()["audit_id"]
-               for _ in range(2)]
+        ids = [
+            client.post("/v1/submissions", json=example("pytorch_fp32"), headers={"X-API-Key": keys["alice"]}).json()[
+                "audit_id"
+            ]
+            for _ in range(2)
+        ]
     local = ProcessLocal(service_settings)
     sessions = local.get().sessions
     assert run_one(local, ids[0]) == "passed"
@@ -148,17 +173,32 @@ def test_resumed_audit_keeps_stages_stored_before_the_crash(service_settings: Se
 
     keys = bootstrap(service_settings)
     with TestClient(create_app(service_settings)) as client:
-        aid = client.post("/v1/submissions", json=example("pytorch_fp32"), headers={"X-API-Key": keys["alice"]}).json()["audit_id"]
+        aid = client.post("/v1/submissions", json=example("pytorch_fp32"), headers={"X-API-Key": keys["alice"]}).json()[
+            "audit_id"
+        ]
     local = ProcessLocal(service_settings)
     sessions = local.get().sessions
     with sessions.begin() as s:
         assert repository.claim(s, aid, "dead-worker", lease_s=0.5) is not None
-        assert repository.store_stage(s, aid, "dead-worker", name="intake", position=0, status="passed", summary="from the dead worker",
-                                      metrics={"source_bytes": 1}, evidence={}, duration_s=1.0, lease_s=0.5)
+        assert repository.store_stage(
+            s,
+            aid,
+            "dead-worker",
+            name="intake",
+            position=0,
+            status="passed",
+            summary="from the dead worker",
+            metrics={"source_bytes": 1},
+            evidence={},
+            duration_s=1.0,
+            lease_s=0.5,
+        )
     time.sleep(1.0)  # its lease expires
     assert run_one(local, aid) == "passed"
     with sessions() as s:
-        rows = list(s.scalars(select(StageResultRow).where(StageResultRow.audit_id == aid).order_by(StageResultRow.position)))
+        rows = list(
+            s.scalars(select(StageResultRow).where(StageResultRow.audit_id == aid).order_by(StageResultRow.position))
+        )
         audit = s.get(Audit, aid)
     assert [r.name for r in rows] == STAGES
     assert rows[0].summary == "from the dead worker" and rows[0].worker == "dead-worker"
@@ -173,15 +213,19 @@ def _pool_processes(worker_pid: int) -> list[int]:
     for d in Path("/proc").iterdir():
         if d.name.isdigit():
             try:
-                if (int((d / "stat").read_text().rsplit(")", 1)[1].split()[1]) == worker_pid
-                        and (d / "cmdline").read_bytes() == argv):
+                if (
+                    int((d / "stat").read_text().rsplit(")", 1)[1].split()[1]) == worker_pid
+                    and (d / "cmdline").read_bytes() == argv
+                ):
                     out.append(int(d.name))
             except (OSError, ValueError, IndexError):
                 continue
     return out
 
 
-def test_celery_soft_time_limit_ends_the_audit_timed_out_and_kills_the_sandbox(service_settings: Settings, tmp_path: Path) -> None:
+def test_celery_soft_time_limit_ends_the_audit_timed_out_and_kills_the_sandbox(
+    service_settings: Settings, tmp_path: Path
+) -> None:
     """A real Celery worker: the soft limit interrupts the audit while the submission's import sleeps in its sandbox;
     the audit ends timed_out (not re-run, not error) and the sandbox child is gone.
 
@@ -189,7 +233,9 @@ def test_celery_soft_time_limit_ends_the_audit_timed_out_and_kills_the_sandbox(s
     is seen running: the test waits on that event rather than racing a short limit against a busy machine."""
     import signal
 
-    settings = Settings.model_validate({**service_settings.model_dump(), "soft_time_limit_s": 600, "hard_time_limit_s": 900})
+    settings = Settings.model_validate(
+        {**service_settings.model_dump(), "soft_time_limit_s": 600, "hard_time_limit_s": 900}
+    )
     keys = bootstrap(settings)
     h = {"Authorization": f"Bearer {keys['alice']}"}
     api, url = start_api(settings, tmp_path / "api.log")
@@ -204,10 +250,19 @@ def test_celery_soft_time_limit_ends_the_audit_timed_out_and_kills_the_sandbox(s
         assert sandbox_children_under(sandboxes), "the submission should be sleeping in its sandbox"
         for pid in _pool_processes(worker.p.pid):
             os.kill(pid, signal.SIGUSR1)  # billiard's soft time limit signal
-        final = wait_for(lambda: (s := _status(url, keys["alice"], sid))["status"] not in ("queued", "running") and s, 120,
-                         "the audit never ended", worker)
+        final = wait_for(
+            lambda: (s := _status(url, keys["alice"], sid))["status"] not in ("queued", "running") and s,
+            120,
+            "the audit never ended",
+            worker,
+        )
         assert final["status"] == "timed_out" and "ran past its 600 s limit" in final["summary"], final
-        wait_for(lambda: sandbox_children_under(sandboxes) == [], 30, "the sandbox child outlived the timed-out audit", worker)
+        wait_for(
+            lambda: sandbox_children_under(sandboxes) == [],
+            30,
+            "the sandbox child outlived the timed-out audit",
+            worker,
+        )
         with _db(settings)() as s:
             assert s.scalar(select(Audit.claims).where(Audit.submission_id == sid)) == 1  # ended, not re-queued
     finally:

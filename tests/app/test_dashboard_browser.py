@@ -23,22 +23,48 @@ pytestmark = pytest.mark.slow
 CHROMIUM = Path("/usr/bin/chromium")
 STAGES = "intake,static,benchmark,probes"
 SHOTS = Path(os.environ.get("KAUDIT_SCREENSHOTS", ROOT / "docs" / "screenshots"))
-BROWSER_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                "--disable-sync", "--no-first-run"]
+BROWSER_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
 
 
 @pytest.fixture
 def service(tmp_path: Path) -> Iterator[tuple[str, str]]:
     port = free_port()
-    env = {k: v for k, v in os.environ.items()
-           if k == "KAUDIT_CACHE_DIR" or (not k.startswith("KAUDIT_") and k not in ("DATABASE_URL", "REDIS_URL"))}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k == "KAUDIT_CACHE_DIR" or (not k.startswith("KAUDIT_") and k not in ("DATABASE_URL", "REDIS_URL"))
+    }
     out = tmp_path / "serve.out"
     with open(out, "wb") as fh:
-        p = subprocess.Popen([str(Path(sys.executable).parent / "kaudit"), "serve", "--data-dir", str(tmp_path / "data"),
-                              "--port", str(port), "--stages", STAGES], cwd=tmp_path, env=env, stdout=fh, stderr=subprocess.STDOUT,
-                             start_new_session=True)
+        p = subprocess.Popen(
+            [
+                str(Path(sys.executable).parent / "kaudit"),
+                "serve",
+                "--data-dir",
+                str(tmp_path / "data"),
+                "--port",
+                str(port),
+                "--stages",
+                STAGES,
+            ],
+            cwd=tmp_path,
+            env=env,
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     try:
-        wait_for(lambda: "admin API key" in out.read_text(), 90, f"no key printed: {out.read_text() if out.exists() else ''}")
+        wait_for(
+            lambda: "admin API key" in out.read_text(), 90, f"no key printed: {out.read_text() if out.exists() else ''}"
+        )
         key = re.search(r"(ka_[A-Za-z0-9_-]+)", out.read_text()).group(1)  # type: ignore[union-attr]
         url = f"http://127.0.0.1:{port}"
         wait_for(lambda: _up(url), 60, "API not up")
@@ -80,7 +106,9 @@ def test_dashboard_updates_live_marks_the_caught_kernel_and_plots(service: tuple
             page = browser.new_page(viewport={"width": 1280, "height": 900})
             requests: list[str] = []
             page.on("request", lambda r: requests.append(r.url))
-            page.add_init_script("window.__updates = 0; document.addEventListener('kaudit:updated', () => window.__updates++);")
+            page.add_init_script(
+                "window.__updates = 0; document.addEventListener('kaudit:updated', () => window.__updates++);"
+            )
             page.goto(f"{url}/submissions/{bf16}")
             assert page.get_attribute("#audit", "data-finished") == "false", "the audit finished before the page opened"
             page.evaluate("window.__sameDocument = true")
@@ -100,7 +128,9 @@ def test_dashboard_updates_live_marks_the_caught_kernel_and_plots(service: tuple
             # the error-vs-multiplicity plot, drawn by plotly.js from this server
             page.wait_for_selector('.plot[data-stage="probes"][data-drawn="true"] .plotly svg.main-svg', timeout=60_000)
             assert "index multiplicity" in (page.text_content('.plot[data-stage="probes"] .plotly .gtitle') or "")
-            assert page.locator('.plot[data-stage="probes"] .plotly .scatterlayer .trace').count() >= 2  # probes + budget
+            assert (
+                page.locator('.plot[data-stage="probes"] .plotly .scatterlayer .trace').count() >= 2
+            )  # probes + budget
             page.screenshot(path=str(SHOTS / "submission_bf16_probes.png"), full_page=True)
 
             wait_for(lambda: _finished(url, key, fp32), 240, "the fp32 audit did not finish")
@@ -114,7 +144,9 @@ def test_dashboard_updates_live_marks_the_caught_kernel_and_plots(service: tuple
             assert caught.locator("td.audited-rank").text_content() == "—"
             assert "caught by probes" in (caught.text_content() or "")
             clean = page.locator(f'tr[data-submission="{fp32}"]')
-            assert clean.get_attribute("data-caught") == "false" and clean.locator("td.audited-rank").text_content() == "1"
+            assert (
+                clean.get_attribute("data-caught") == "false" and clean.locator("td.audited-rank").text_content() == "1"
+            )
             page.screenshot(path=str(SHOTS / "leaderboard_caught_kernel.png"), full_page=True)
 
             page.goto(url + "/")
@@ -123,9 +155,11 @@ def test_dashboard_updates_live_marks_the_caught_kernel_and_plots(service: tuple
             # the badge leads to the stage's evidence
             page.goto(f"{url}/problems/embedding_backward")
             page.locator(f'tr[data-submission="{bf16}"] a.badge[data-stage="probes"]').click()
-            page.wait_for_selector('#stage-probes details.evidence')
+            page.wait_for_selector("#stage-probes details.evidence")
             assert page.url.endswith(f"/submissions/{bf16}#stage-probes")
         finally:
             browser.close()
     assert key not in " ".join(requests)
-    assert all(r.startswith(url) for r in requests), f"the pages fetched from elsewhere: {[r for r in requests if not r.startswith(url)]}"
+    assert all(r.startswith(url) for r in requests), (
+        f"the pages fetched from elsewhere: {[r for r in requests if not r.startswith(url)]}"
+    )

@@ -42,32 +42,62 @@ from app.submissions import service as submissions
 pytestmark = pytest.mark.slow
 
 CHROMIUM = Path("/usr/bin/chromium")
-BROWSER_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                "--disable-sync", "--no-first-run"]
+BROWSER_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
 SHOTS = Path(os.environ.get("KAUDIT_SCREENSHOTS", ROOT / "docs" / "screenshots"))
 PROBLEM = "embedding_backward"
 H200 = "NVIDIA H200"
 ORDER = ("intake", "static", "benchmark", "probes", "canary", "verdict")
-needs_chromium = pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium (apt-get install -y chromium)")
+needs_chromium = pytest.mark.skipif(
+    not CHROMIUM.exists(), reason="needs Debian's chromium (apt-get install -y chromium)"
+)
 
 # a canary stage as the worker stores it, from an H200 run (benchmarks/results/h200-2026-11-30 and -12-03): SGD's
 # held-out gap against three null runs, AdamW's with no null needed (the floor), and the fidelity of a kernel that
 # accumulates in bf16: the buckets come in the stage's order, not in numeric order
 CANARY_EVIDENCE: dict[str, Any] = {
     "curves": {
-        "sgd": {"heldout": {
-            "optimizer": "sgd", "checkpoints": [25, 50, 100, 200, 300],
-            "reference": [7.2033, 6.02406, 5.34499, 5.07788, 4.93223], "submission": [7.01347, 6.13938, 5.33764, 5.07546, 4.88861],
-            "gap": [-0.18984, 0.11532, -0.00735, -0.00241, -0.04362], "mean_gap": -0.02558,
-            "null_mean_gaps": [0.0, 0.13410, -0.12995],
-            "null_gaps": [[0.0, 0.0, 0.0, 0.0, 0.0], [0.24802, 0.30640, 0.01578, 0.04208, 0.05823],
-                          [-0.42396, -0.02205, -0.06505, -0.06759, -0.07110]],
-            "band": 0.13410, "threshold": 0.40231, "exceeded": False}},
-        "adamw": {"heldout": {
-            "optimizer": "adamw", "checkpoints": [25, 50, 75, 100],
-            "reference": [6.54019, 5.60357, 5.35033, 5.20876], "submission": [6.54090, 5.60331, 5.35027, 5.20883],
-            "gap": [0.00071, -0.00025, -0.00006, 0.00007], "mean_gap": 0.00011, "null_mean_gaps": [], "null_gaps": [],
-            "band": 0.0, "threshold": 0.1, "exceeded": False}},
+        "sgd": {
+            "heldout": {
+                "optimizer": "sgd",
+                "checkpoints": [25, 50, 100, 200, 300],
+                "reference": [7.2033, 6.02406, 5.34499, 5.07788, 4.93223],
+                "submission": [7.01347, 6.13938, 5.33764, 5.07546, 4.88861],
+                "gap": [-0.18984, 0.11532, -0.00735, -0.00241, -0.04362],
+                "mean_gap": -0.02558,
+                "null_mean_gaps": [0.0, 0.13410, -0.12995],
+                "null_gaps": [
+                    [0.0, 0.0, 0.0, 0.0, 0.0],
+                    [0.24802, 0.30640, 0.01578, 0.04208, 0.05823],
+                    [-0.42396, -0.02205, -0.06505, -0.06759, -0.07110],
+                ],
+                "band": 0.13410,
+                "threshold": 0.40231,
+                "exceeded": False,
+            }
+        },
+        "adamw": {
+            "heldout": {
+                "optimizer": "adamw",
+                "checkpoints": [25, 50, 75, 100],
+                "reference": [6.54019, 5.60357, 5.35033, 5.20876],
+                "submission": [6.54090, 5.60331, 5.35027, 5.20883],
+                "gap": [0.00071, -0.00025, -0.00006, 0.00007],
+                "mean_gap": 0.00011,
+                "null_mean_gaps": [],
+                "null_gaps": [],
+                "band": 0.0,
+                "threshold": 0.1,
+                "exceeded": False,
+            }
+        },
     },
     "fidelity": [
         {"step": 0, "output": "grad_weight", "bucket": "1", "rows": 720, "ratio": 1.0000000000000062},
@@ -102,33 +132,70 @@ class World:
         with UnitOfWork(self.sessions, _NoBroker()) as uow:  # type: ignore[arg-type]
             key = uow.session.scalar(select(ApiKey).where(ApiKey.submitter == submitter))
             assert key is not None
-            acc = submissions.submit(uow, self.settings, Principal(key.id, submitter, frozenset({"submit"})),
-                                     problem_name=PROBLEM, problem_hash="h", solution_name=name, data=data,
-                                     idempotency_key=None, device=device)
+            acc = submissions.submit(
+                uow,
+                self.settings,
+                Principal(key.id, submitter, frozenset({"submit"})),
+                problem_name=PROBLEM,
+                problem_hash="h",
+                solution_name=name,
+                data=data,
+                idempotency_key=None,
+                device=device,
+            )
             return acc.submission_id, acc.audit_id
 
     def claim(self, audit_id: str) -> None:
         with self.sessions.begin() as s:
             assert repository.claim(s, audit_id, "w", 600)
 
-    def store(self, audit_id: str, name: str, status: str = "passed", *, metrics: dict[str, Any] | None = None,
-              evidence: dict[str, Any] | None = None, summary: str | None = None) -> None:
+    def store(
+        self,
+        audit_id: str,
+        name: str,
+        status: str = "passed",
+        *,
+        metrics: dict[str, Any] | None = None,
+        evidence: dict[str, Any] | None = None,
+        summary: str | None = None,
+    ) -> None:
         with self.sessions.begin() as s:
-            assert repository.store_stage(s, audit_id, "w", name=name, position=ORDER.index(name), status=status,
-                                          summary=summary if summary is not None else f"{name} {status}",
-                                          metrics=metrics or {}, evidence=evidence or {}, duration_s=1.5, lease_s=600)
+            assert repository.store_stage(
+                s,
+                audit_id,
+                "w",
+                name=name,
+                position=ORDER.index(name),
+                status=status,
+                summary=summary if summary is not None else f"{name} {status}",
+                metrics=metrics or {},
+                evidence=evidence or {},
+                duration_s=1.5,
+                lease_s=600,
+            )
 
     def finish(self, audit_id: str, status: str = "passed") -> None:
         with self.sessions.begin() as s:
             assert repository.finish(s, audit_id, "w", status, "pass" if status == "passed" else "fail", "")
             events.audit_completed(s, audit_id)
 
-    def run(self, audit_id: str, kernel_ms: float, *, hardware: str | None = None, probes: str = "passed",
-            canary: dict[str, Any] | None = None) -> None:
+    def run(
+        self,
+        audit_id: str,
+        kernel_ms: float,
+        *,
+        hardware: str | None = None,
+        probes: str = "passed",
+        canary: dict[str, Any] | None = None,
+    ) -> None:
         """A whole audit: every stage stored, then finished (the leaderboard refreshed in the same transaction)."""
         self.claim(audit_id)
-        bench: dict[str, Any] = {"kernel_median_ms": kernel_ms, "reference_median_ms": 1.0, "speedup": 1.0 / kernel_ms,
-                                 "passes_benchmark": True}
+        bench: dict[str, Any] = {
+            "kernel_median_ms": kernel_ms,
+            "reference_median_ms": 1.0,
+            "speedup": 1.0 / kernel_ms,
+            "passes_benchmark": True,
+        }
         if hardware:
             bench["timing"] = {"hardware": hardware}
         self.store(audit_id, "intake")
@@ -140,8 +207,16 @@ class World:
         else:
             self.store(audit_id, "canary", "skipped")
         failed = probes == "failed"
-        self.store(audit_id, "verdict", "failed" if failed else "passed",
-                   metrics={"caught_by": ["probes"] if failed else [], "passes_benchmark": True, "numerically_sound": not failed})
+        self.store(
+            audit_id,
+            "verdict",
+            "failed" if failed else "passed",
+            metrics={
+                "caught_by": ["probes"] if failed else [],
+                "passes_benchmark": True,
+                "numerically_sound": not failed,
+            },
+        )
         self.finish(audit_id, "failed" if failed else "passed")
 
     def backdate(self, submission_id: str, days: float) -> None:
@@ -149,10 +224,16 @@ class World:
         when = utcnow() - timedelta(days=days)
         with self.sessions.begin() as s:
             s.execute(update(Submission).where(Submission.id == submission_id).values(created_at=when))
-            s.execute(update(Audit).where(Audit.submission_id == submission_id).values(
-                enqueued_at=when, started_at=when, finished_at=when + timedelta(minutes=2)))
-            s.execute(update(LeaderboardEntry).where(LeaderboardEntry.submission_id == submission_id).values(
-                finished_at=when + timedelta(minutes=2)))
+            s.execute(
+                update(Audit)
+                .where(Audit.submission_id == submission_id)
+                .values(enqueued_at=when, started_at=when, finished_at=when + timedelta(minutes=2))
+            )
+            s.execute(
+                update(LeaderboardEntry)
+                .where(LeaderboardEntry.submission_id == submission_id)
+                .values(finished_at=when + timedelta(minutes=2))
+            )
 
 
 def _live(url: str) -> bool:
@@ -165,12 +246,28 @@ def _live(url: str) -> bool:
 @pytest.fixture
 def world(pg_url: str, tmp_path: Path) -> Iterator[World]:
     """Real Postgres (a fresh database), migrated, the catalogue synced, three keys; uvicorn serving the app."""
-    settings = Settings(database_url=pg_url, redis_url=None, broker_url="filesystem://", broker_dir=tmp_path / "broker",
-                        rate_limit_storage_url="memory://", audit_stages=None)
+    settings = Settings(
+        database_url=pg_url,
+        redis_url=None,
+        broker_url="filesystem://",
+        broker_dir=tmp_path / "broker",
+        rate_limit_storage_url="memory://",
+        audit_stages=None,
+    )
     bootstrap(settings)
     engine = make_engine(settings)
     port = free_port()
-    argv = [sys.executable, "-m", "uvicorn", "--factory", "app.main:create_app", "--host", "127.0.0.1", "--port", str(port)]
+    argv = [
+        sys.executable,
+        "-m",
+        "uvicorn",
+        "--factory",
+        "app.main:create_app",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+    ]
     proc = Proc(argv, env_for(settings), tmp_path / "uvicorn.log")
     url = f"http://127.0.0.1:{port}"
     try:
@@ -195,8 +292,10 @@ def browser() -> Iterator[Any]:
 
 def _page(browser: Any, **options: Any) -> Any:
     page = browser.new_page(viewport={"width": 1360, "height": 900}, **options)
-    page.add_init_script("window.__violations = []; document.addEventListener('securitypolicyviolation', "
-                         "e => window.__violations.push(e.violatedDirective + ' ' + e.blockedURI));")
+    page.add_init_script(
+        "window.__violations = []; document.addEventListener('securitypolicyviolation', "
+        "e => window.__violations.push(e.violatedDirective + ' ' + e.blockedURI));"
+    )
     return page
 
 
@@ -221,10 +320,17 @@ class Seed:
     days: float
 
 
-SEEDS = [Seed(submitter=("alice", "bob", "admin")[i % 3],
-              name=f"{('alice', 'bob', 'admin')[i % 3]}_{'needle_' if i in (4, 17) else ''}k{i:02d}",
-              kernel_ms=round(0.9 - 0.025 * i + (0.31 if i % 7 == 3 else 0.0), 4), hardware=H200 if i % 4 == 0 else None,
-              caught=i % 9 == 5, days=30 - i) for i in range(28)]
+SEEDS = [
+    Seed(
+        submitter=("alice", "bob", "admin")[i % 3],
+        name=f"{('alice', 'bob', 'admin')[i % 3]}_{'needle_' if i in (4, 17) else ''}k{i:02d}",
+        kernel_ms=round(0.9 - 0.025 * i + (0.31 if i % 7 == 3 else 0.0), 4),
+        hardware=H200 if i % 4 == 0 else None,
+        caught=i % 9 == 5,
+        days=30 - i,
+    )
+    for i in range(28)
+]
 
 
 def _seed_board(w: World) -> dict[str, str]:
@@ -251,7 +357,7 @@ def test_tables_sort_filter_search_and_page_in_place_and_without_javascript(worl
     board = f"{w.url}/problems/{PROBLEM}"
     page.goto(board)
     rows = page.locator("#leaderboard tbody tr[data-submission]")
-    assert rows.count() == 25 and page.text_content("#board-listing nav.pager .count") == "1–25 of 28"
+    assert rows.count() == 25 and page.text_content("#board-listing nav.pager .count") == "1–25 of 28"  # noqa: RUF001 - the pager prints an en dash
     page.evaluate("window.__sameDocument = true")
 
     # a time people read, with the exact one on hover
@@ -306,7 +412,7 @@ def test_tables_sort_filter_search_and_page_in_place_and_without_javascript(worl
     # the submissions table: every submission, paged in SQL
     page.goto(f"{w.url}/submissions?per_page=10")
     listing = page.locator("#submissions tbody tr[data-submission]")
-    assert listing.count() == 10 and page.text_content("#submissions-listing nav.pager .count") == "1–10 of 28"
+    assert listing.count() == 10 and page.text_content("#submissions-listing nav.pager .count") == "1–10 of 28"  # noqa: RUF001 - the pager prints an en dash
     page.click('#submissions-listing nav.pager a[data-page="3"]')
     page.wait_for_selector('#submissions-listing[data-page="3"]')
     assert listing.count() == 8
@@ -363,7 +469,11 @@ def test_the_live_view_follows_an_audit_from_queued_to_finished_without_a_reload
     assert re.search(r"\d+ s elapsed", page.text_content(f'#live .live-item[data-submission="{first}"]') or "")
     _shot(page, "live_progress_board.png", "#live")
     for name in ("static", "benchmark", "probes"):
-        w.store(first_audit, name, metrics={"kernel_median_ms": 0.5, "reference_median_ms": 1.0} if name == "benchmark" else None)
+        w.store(
+            first_audit,
+            name,
+            metrics={"kernel_median_ms": 0.5, "reference_median_ms": 1.0} if name == "benchmark" else None,
+        )
     w.store(first_audit, "canary", "skipped")
     w.store(first_audit, "verdict", metrics={"caught_by": [], "passes_benchmark": True, "numerically_sound": True})
     w.finish(first_audit)
@@ -415,16 +525,23 @@ def test_plots_error_pages_and_favicon(world: World, browser: Any) -> None:
 
     page = _page(browser)
     page.goto(f"{w.url}/submissions/{canary}")
-    page.wait_for_function("document.querySelectorAll('.plot[data-stage=\"canary\"][data-drawn=\"true\"]').length === 3",
-                           timeout=60_000)
-    figures = page.evaluate("[...document.querySelectorAll('.plot[data-stage=\"canary\"] .js-plotly-plot')]"
-                            ".map(p => ({names: p.data.map(t => t.name || ''), layout: {x: p.layout.xaxis, y: p.layout.yaxis, "
-                            "notes: (p.layout.annotations || []).map(a => [a.text, a.y])}}))")
+    page.wait_for_function(
+        'document.querySelectorAll(\'.plot[data-stage="canary"][data-drawn="true"]\').length === 3', timeout=60_000
+    )
+    figures = page.evaluate(
+        "[...document.querySelectorAll('.plot[data-stage=\"canary\"] .js-plotly-plot')]"
+        ".map(p => ({names: p.data.map(t => t.name || ''), layout: {x: p.layout.xaxis, y: p.layout.yaxis, "
+        "notes: (p.layout.annotations || []).map(a => [a.text, a.y])}}))"
+    )
     sgd, adamw, fidelity = figures
     # the gap, not three loss curves on top of each other: the gap, its band, the null runs and the limit
     assert "submission - reference" in sgd["names"] and "reference" not in sgd["names"]
-    assert any(n.startswith("null band") for n in sgd["names"]) and any(n.startswith("limit +0.402") for n in sgd["names"])
-    assert "null runs' gaps" in sgd["names"] and not any(n.startswith("null band") for n in adamw["names"])  # no nulls: the floor
+    assert any(n.startswith("null band") for n in sgd["names"]) and any(
+        n.startswith("limit +0.402") for n in sgd["names"]
+    )
+    assert "null runs' gaps" in sgd["names"] and not any(
+        n.startswith("null band") for n in adamw["names"]
+    )  # no nulls: the floor
     lo, hi = sgd["layout"]["y"]["range"]
     assert -0.6 < lo < -0.4 and 0.4 < hi < 0.6  # centred on zero, the limit and every null gap in view
     # the fidelity buckets in numeric order, on a log axis that ends near the worst ratio (61x), not at 10k
@@ -432,7 +549,7 @@ def test_plots_error_pages_and_favicon(world: World, browser: Any) -> None:
     ticks = page.locator('.plot[data-stage="canary"] >> nth=2').locator(".xtick text").all_text_contents()
     assert ticks == ["0", "1", "2-7", "8-63", "64-511", "512-4095"]
     assert fidelity["layout"]["y"]["type"] == "log" and max(fidelity["layout"]["y"]["tickvals"]) <= 200
-    low, high = fidelity["layout"]["y"]["range"]  # log10 units; the budget's label inside them, at 4x
+    _low, high = fidelity["layout"]["y"]["range"]  # log10 units; the budget's label inside them, at 4x
     assert high < 3 and ["grad_weight budget 4x", pytest.approx(0.60206, abs=1e-4)] in fidelity["layout"]["notes"]
     assert page.locator('.plot[data-stage="canary"] >> nth=2').locator(".xtick text").count() == 6
     page.locator("#stage-canary").scroll_into_view_if_needed()
@@ -441,10 +558,16 @@ def test_plots_error_pages_and_favicon(world: World, browser: Any) -> None:
     # the problem page's history: sound kernels' speedups over time, the best so far per hardware
     page.goto(f"{w.url}/problems/{PROBLEM}")
     page.wait_for_selector('.plot[data-kind="history"][data-drawn="true"] .plotly svg.main-svg', timeout=60_000)
-    names = page.evaluate("document.querySelector('.plot[data-kind=\"history\"] .js-plotly-plot').data.map(t => t.name)")
-    assert {"cpu: best so far", f"{H200}: best so far", "cpu: runs", f"{H200}: runs", "caught by the audit"} <= set(names)
-    best = page.evaluate("document.querySelector('.plot[data-kind=\"history\"] .js-plotly-plot').data"
-                         ".find(t => t.name === 'cpu: best so far').y")
+    names = page.evaluate(
+        "document.querySelector('.plot[data-kind=\"history\"] .js-plotly-plot').data.map(t => t.name)"
+    )
+    assert {"cpu: best so far", f"{H200}: best so far", "cpu: runs", f"{H200}: runs", "caught by the audit"} <= set(
+        names
+    )
+    best = page.evaluate(
+        "document.querySelector('.plot[data-kind=\"history\"] .js-plotly-plot').data"
+        ".find(t => t.name === 'cpu: best so far').y"
+    )
     assert best[-1] == pytest.approx(1 / 0.25) and best == sorted(best)
     _shot(page, "problem_history.png", "#history")
     assert page.evaluate("window.__violations") == []
@@ -475,12 +598,19 @@ def test_plots_error_pages_and_favicon(world: World, browser: Any) -> None:
 
 
 def test_an_unreachable_database_is_a_503_page_on_the_dashboard_and_json_on_the_api(tmp_path: Path) -> None:
-    settings = Settings(database_url="postgresql://postgres@127.0.0.1:1/nowhere", redis_url=None, broker_url="filesystem://",
-                        broker_dir=tmp_path / "broker", rate_limit_storage_url="memory://")
+    settings = Settings(
+        database_url="postgresql://postgres@127.0.0.1:1/nowhere",
+        redis_url=None,
+        broker_url="filesystem://",
+        broker_dir=tmp_path / "broker",
+        rate_limit_storage_url="memory://",
+    )
     with TestClient(create_app(settings), raise_server_exceptions=False) as client:
         page = client.get("/")
         assert page.status_code == 503 and page.headers["content-type"].startswith("text/html")
-        assert page.headers["retry-after"] and 'data-status="503"' in page.text and "Temporarily unavailable" in page.text
+        assert (
+            page.headers["retry-after"] and 'data-status="503"' in page.text and "Temporarily unavailable" in page.text
+        )
         assert "Traceback" not in page.text and "nowhere" not in page.text
         api = client.get("/v1/problems")
         assert api.status_code == 503 and api.json()["errors"] == [{"field": "database", "reason": "unreachable"}]

@@ -35,29 +35,44 @@ DEFINITION: dict[str, Any] = {
     "outputs": {"out": {"shape": ["rows"], "dtype": "float32"}},
     "reference": ROW_SCALE_REFERENCE,
 }
-WORKLOADS = [{"uuid": "w-64-96", "axes": {"rows": 64, "cols": 96}, "inputs": {"x": {"type": "random"},
-                                                                               "scale": {"type": "scalar", "value": 0.5}}}]
+WORKLOADS = [
+    {
+        "uuid": "w-64-96",
+        "axes": {"rows": 64, "cols": 96},
+        "inputs": {"x": {"type": "random"}, "scale": {"type": "scalar", "value": 0.5}},
+    }
+]
 
 
 def _solution(body: str, name: str) -> dict[str, Any]:
-    return {"name": name, "definition": DEFINITION["name"], "author": "alice",
-            "spec": {"language": "python", "target_hardware": ["cpu"], "entry_point": "k.py::run",
-                     "destination_passing_style": False},
-            "sources": [{"path": "k.py", "content": body}]}
+    return {
+        "name": name,
+        "definition": DEFINITION["name"],
+        "author": "alice",
+        "spec": {
+            "language": "python",
+            "target_hardware": ["cpu"],
+            "entry_point": "k.py::run",
+            "destination_passing_style": False,
+        },
+        "sources": [{"path": "k.py", "content": body}],
+    }
 
 
 def _finished(url: str, key: str, sid: str):  # type: ignore[no-untyped-def]
     def check():  # type: ignore[no-untyped-def]
         s = httpx.get(f"{url}/v1/submissions/{sid}", headers={"Authorization": f"Bearer {key}"}, timeout=5).json()
         return s if s["status"] not in ("queued", "running") else None
+
     return check
 
 
 @pytest.fixture
 def service(service_settings: Settings, tmp_path: Path) -> Iterator[tuple[str, str, Proc]]:
     """The API over HTTP and a real Celery worker; yields (url, alice's key, worker)."""
-    settings = service_settings.model_copy(update={"audit_stages": "intake,static,benchmark",
-                                                   "uploads_dir": tmp_path / "uploads"})
+    settings = service_settings.model_copy(
+        update={"audit_stages": "intake,static,benchmark", "uploads_dir": tmp_path / "uploads"}
+    )
     keys = bootstrap(settings)
     api, url = start_api(settings, tmp_path / "api.log")
     worker = start_worker(settings, tmp_path / "worker.log")
@@ -75,7 +90,10 @@ def test_uploaded_definition_is_validated_stored_by_hash_and_audited(service: tu
     r = httpx.post(f"{url}/v1/definitions", json=bundle, headers=h, timeout=10)
     assert r.status_code == 201, r.text
     stored = r.json()
-    assert stored["content_hash"] == DefinitionBundle.model_validate(bundle).content_hash and stored["origin"] == "uploaded"
+    assert (
+        stored["content_hash"] == DefinitionBundle.model_validate(bundle).content_hash
+        and stored["origin"] == "uploaded"
+    )
     again = httpx.post(f"{url}/v1/definitions", json=bundle, headers=h, timeout=10)
     assert again.status_code == 200 and again.json()["created"] is False  # keyed by content: a no-op
     other = copy.deepcopy(bundle)
@@ -104,15 +122,24 @@ def test_uploaded_definition_is_validated_stored_by_hash_and_audited(service: tu
     v2["name"] = "uploaded_row_scale_sum_v2"
     in_one = _solution("def run(x, scale):\n    return (x * scale).sum(-1)\n", "in_one_request")
     in_one["definition"] = v2["name"]
-    mismatch = httpx.post(f"{url}/v1/submissions", json={"solution": good, "definition": v2, "workloads": WORKLOADS},
-                          headers=h, timeout=10)
+    mismatch = httpx.post(
+        f"{url}/v1/submissions",
+        json={"solution": good, "definition": v2, "workloads": WORKLOADS},
+        headers=h,
+        timeout=10,
+    )
     assert mismatch.status_code == 422 and mismatch.json()["errors"][0]["field"] == "solution.definition"
-    resp = httpx.post(f"{url}/v1/submissions", json={"solution": in_one, "definition": v2, "workloads": WORKLOADS},
-                      headers=h, timeout=10)
+    resp = httpx.post(
+        f"{url}/v1/submissions",
+        json={"solution": in_one, "definition": v2, "workloads": WORKLOADS},
+        headers=h,
+        timeout=10,
+    )
     assert resp.status_code == 202, resp.text
     ids["in_one_request"] = resp.json()["id"]
-    results = {n: wait_for(_finished(url, key, sid), 240, f"audit of {n} never finished", worker)
-               for n, sid in ids.items()}
+    results = {
+        n: wait_for(_finished(url, key, sid), 240, f"audit of {n} never finished", worker) for n, sid in ids.items()
+    }
     assert results["fp32_sum"]["status"] == "passed", results["fp32_sum"]["summary"]
     assert results["in_one_request"]["status"] == "passed", results["in_one_request"]["summary"]
     # on the CPU the uploaded reference is timed by its own sandbox's round trip, like the kernel
@@ -135,8 +162,12 @@ def test_an_uploaded_reference_runs_isolated(service: tuple[str, str, Proc]) -> 
     url, key, worker = service
     h = {"Authorization": f"Bearer {key}"}
     try:
-        assert httpx.post(f"{url}/v1/definitions", json={"definition": hostile, "workloads": WORKLOADS}, headers=h,
-                          timeout=10).status_code == 201
+        assert (
+            httpx.post(
+                f"{url}/v1/definitions", json={"definition": hostile, "workloads": WORKLOADS}, headers=h, timeout=10
+            ).status_code
+            == 201
+        )
         sol = _solution("def run(x, scale):\n    return (x * scale).sum(-1)\n", "fp32_sum")
         sol["definition"] = hostile["name"]
         sid = httpx.post(f"{url}/v1/submissions", json=sol, headers=h, timeout=10).json()["id"]

@@ -25,8 +25,12 @@ def _tool(name: str) -> str:
 
 
 def _validate_compose(path: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([_tool("check-jsonschema"), "--builtin-schema", "vendor.compose-spec", str(path)],
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [_tool("check-jsonschema"), "--builtin-schema", "vendor.compose-spec", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_compose_file_follows_the_compose_specification() -> None:

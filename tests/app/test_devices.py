@@ -29,11 +29,14 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "solexecbench"
 def _sol(hw: list[str], languages: list[Language] | None = None) -> Solution:
     languages = languages or ["triton"]
     entry = "k.cu" if languages[0] in ("cuda_cpp", "cutlass", "cudnn", "cublas") else "k.py"
-    return Solution.model_validate({
-        "name": "k", "definition": "embedding_backward",
-        "spec": {"languages": languages, "target_hardware": hw, "entry_point": f"{entry}::run"},
-        "sources": [{"path": entry, "content": "def run(): pass\n"}],
-    })
+    return Solution.model_validate(
+        {
+            "name": "k",
+            "definition": "embedding_backward",
+            "spec": {"languages": languages, "target_hardware": hw, "entry_point": f"{entry}::run"},
+            "sources": [{"path": entry, "content": "def run(): pass\n"}],
+        }
+    )
 
 
 @pytest.mark.parametrize(
@@ -113,7 +116,10 @@ def test_api_refuses_a_gpu_only_language_on_a_cpu_deployment_and_queues_nothing(
     assert r.status_code == 422, r.text
     (err,) = r.json()["errors"]
     assert err["field"] == "spec.languages"
-    assert "run only on an NVIDIA GPU (CUDA), but this deployment audits on cpu only" in err["reason"] and lang in err["reason"]
+    assert (
+        "run only on an NVIDIA GPU (CUDA), but this deployment audits on cpu only" in err["reason"]
+        and lang in err["reason"]
+    )
     assert _count(client, Submission) == 0 and _count(client, Audit) == 0
 
 

@@ -20,7 +20,9 @@ pytestmark = [pytest.mark.services, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")
-def fuzz_target(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[object, dict[str, str]]]:
+def fuzz_target(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[object, dict[str, str]]]:
     from svc_support import (
         REDIS_URL,
         create_pg_database,
@@ -71,7 +73,9 @@ def test_no_server_errors(fuzz_target) -> None:  # type: ignore[no-untyped-def]
                 check()
             except Unsatisfiable:
                 assert mode is GenerationMode.NEGATIVE  # nothing to break in an operation without inputs
-    assert {422, 404} <= set(seen) and any(200 <= c < 300 for c in seen), seen  # validation, lookups and successes reached
+    assert {422, 404} <= set(seen) and any(200 <= c < 300 for c in seen), (
+        seen
+    )  # validation, lookups and successes reached
 
 
 def test_openapi_documents_both_submission_bodies(fuzz_target) -> None:  # type: ignore[no-untyped-def]
@@ -99,7 +103,14 @@ def test_nul_bytes_are_a_422_not_a_500(fuzz_target) -> None:  # type: ignore[no-
         r = client.post("/v1/submissions", json=example("pytorch_fp32"), headers={**admin, "Idempotency-Key": "a\x00b"})
         assert r.status_code == 422
         # in a query value (the fuzzer found `?problem=%00` answered 500): refused before any route (app/core/nul_guard.py)
-        for url in ("/v1/submissions?problem=%00", "/v1/submissions?cursor=a%00b", "/v1/webhooks/x/deliveries?limit=%00"):
+        for url in (
+            "/v1/submissions?problem=%00",
+            "/v1/submissions?cursor=a%00b",
+            "/v1/webhooks/x/deliveries?limit=%00",
+        ):
             r = client.get(url, headers=admin)
-            assert r.status_code == 422 and r.json()["errors"][0]["field"] == "(query)", (url, r.status_code, r.text[:200])
-
+            assert r.status_code == 422 and r.json()["errors"][0]["field"] == "(query)", (
+                url,
+                r.status_code,
+                r.text[:200],
+            )

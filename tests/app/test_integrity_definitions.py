@@ -26,8 +26,13 @@ DEFINITION: dict[str, Any] = {
     "outputs": {"out": {"shape": ["rows"], "dtype": "float32"}},
     "reference": "import torch\n\n\ndef run(x, scale):\n    return (x.float() * scale).sum(-1)\n",
 }
-WORKLOADS = [{"uuid": "w-64-96", "axes": {"rows": 64, "cols": 96},
-              "inputs": {"x": {"type": "random"}, "scale": {"type": "scalar", "value": 0.5}}}]
+WORKLOADS = [
+    {
+        "uuid": "w-64-96",
+        "axes": {"rows": 64, "cols": 96},
+        "inputs": {"x": {"type": "random"}, "scale": {"type": "scalar", "value": 0.5}},
+    }
+]
 
 
 @pytest.fixture
@@ -45,8 +50,11 @@ def _bundle(**definition: object) -> dict[str, Any]:
 
 def _post(client: TestClient, key: str, bundle: dict[str, Any], path: str = "/v1/definitions"):  # type: ignore[no-untyped-def]
     # ensure_ascii: a lone surrogate travels as the JSON escape "\ud800", as a client's JSON would carry it
-    return client.post(path, content=json.dumps(bundle, ensure_ascii=True),
-                       headers={"Authorization": key, "content-type": "application/json"})
+    return client.post(
+        path,
+        content=json.dumps(bundle, ensure_ascii=True),
+        headers={"Authorization": key, "content-type": "application/json"},
+    )
 
 
 def _the_one_error(r) -> dict[str, str]:  # type: ignore[no-untyped-def]
@@ -68,15 +76,24 @@ def test_unstorable_definitions_are_422_with_the_field_and_what_to_do(api) -> No
     assert err["field"] == "definition.description" and "NUL" in err["reason"] and "remove it" in err["reason"]
     err = _the_one_error(_post(client, keys["alice"], _bundle(description="half a pair: \ud800")))
     assert err["field"] == "definition.description" and "surrogate" in err["reason"]
-    err = _the_one_error(_post(client, keys["alice"], {"definition": DEFINITION, "workloads": [
-        {**WORKLOADS[0], "uuid": "w\x00"}]}))
+    err = _the_one_error(
+        _post(client, keys["alice"], {"definition": DEFINITION, "workloads": [{**WORKLOADS[0], "uuid": "w\x00"}]})
+    )
     assert err["field"] == "workloads.0.uuid" and "NUL" in err["reason"]
 
     # the same checks when the definition comes with a solution
-    sol = {"name": "k", "definition": DEFINITION["name"], "author": "alice",
-           "spec": {"language": "python", "target_hardware": ["cpu"], "entry_point": "k.py::run",
-                    "destination_passing_style": False},
-           "sources": [{"path": "k.py", "content": "def run(x, scale):\n    return (x * scale).sum(-1)\n"}]}
+    sol = {
+        "name": "k",
+        "definition": DEFINITION["name"],
+        "author": "alice",
+        "spec": {
+            "language": "python",
+            "target_hardware": ["cpu"],
+            "entry_point": "k.py::run",
+            "destination_passing_style": False,
+        },
+        "sources": [{"path": "k.py", "content": "def run(x, scale):\n    return (x * scale).sum(-1)\n"}],
+    }
     r = _post(client, keys["alice"], {"solution": sol, **_bundle(description="x\ud800")}, "/v1/submissions")
     assert r.status_code == 422 and r.json()["errors"], r.text
 
@@ -85,4 +102,6 @@ def test_unstorable_definitions_are_422_with_the_field_and_what_to_do(api) -> No
     assert ok.status_code == 201, ok.text
     assert len(ok.json()["name"]) == 200
     listed = {p["name"] for p in client.get("/v1/problems", headers={"Authorization": keys["alice"]}).json()}
-    assert listed & {ok.json()["name"]} and not any(n.startswith("row_scale_sum") for n in listed)  # nothing else stored
+    assert listed & {ok.json()["name"]} and not any(
+        n.startswith("row_scale_sum") for n in listed
+    )  # nothing else stored

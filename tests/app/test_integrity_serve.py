@@ -20,13 +20,29 @@ pytestmark = pytest.mark.slow
 def test_kaudit_serve_writes_nothing_into_the_current_directory(tmp_path: Path) -> None:
     cwd, data = tmp_path / "elsewhere", tmp_path / "data"
     cwd.mkdir()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KAUDIT_") and k not in ("DATABASE_URL", "REDIS_URL")}
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith("KAUDIT_") and k not in ("DATABASE_URL", "REDIS_URL")
+    }
     env["KAUDIT_CACHE_DIR"] = os.environ.get("KAUDIT_CACHE_DIR", str(tmp_path / "cache"))
     out = tmp_path / "serve.out"
     with open(out, "wb") as fh:
-        p = subprocess.Popen([str(Path(sys.executable).parent / "kaudit"), "serve", "--data-dir", str(data),
-                              "--port", str(free_port()), "--stages", "intake"],
-                             cwd=cwd, env=env, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
+        p = subprocess.Popen(
+            [
+                str(Path(sys.executable).parent / "kaudit"),
+                "serve",
+                "--data-dir",
+                str(data),
+                "--port",
+                str(free_port()),
+                "--stages",
+                "intake",
+            ],
+            cwd=cwd,
+            env=env,
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     try:
         wait_for(lambda: "admin API key" in out.read_text() or p.poll() is not None, 120, "no key printed")
         text = out.read_text()

@@ -41,6 +41,7 @@ def _finished(client: TestClient, key: str, sid: str):  # type: ignore[no-untype
     def check():  # type: ignore[no-untyped-def]
         s = client.get(f"/v1/submissions/{sid}", headers={"Authorization": f"Bearer {key}"}).json()
         return s if s["status"] not in ("queued", "running") else None
+
     return check
 
 
@@ -53,18 +54,32 @@ def test_a_stage_with_nul_and_lone_surrogates_is_stored_and_read_back_failed(api
             key = uow.session.scalar(select(ApiKey).where(ApiKey.submitter == "alice"))
             alice = Principal(key.id, key.submitter, frozenset({"submit"}))
             sol = example("pytorch_fp32")
-            acc = submissions.submit(uow, settings, alice, problem_name="embedding_backward",
-                                     problem_hash=load_catalogue().get("embedding_backward").content_hash,
-                                     solution_name=sol["name"], data=sol, idempotency_key=None)
+            acc = submissions.submit(
+                uow,
+                settings,
+                alice,
+                problem_name="embedding_backward",
+                problem_hash=load_catalogue().get("embedding_backward").content_hash,
+                solution_name=sol["name"],
+                data=sol,
+                idempotency_key=None,
+            )
         with sessions.begin() as s:
             assert repository.claim(s, acc.audit_id, "w1", settings.lease_s) is not None
         with sessions.begin() as s:
             assert repository.store_stage(
-                s, acc.audit_id, "w1", name="intake", position=0, status="failed",
+                s,
+                acc.audit_id,
+                "w1",
+                name="intake",
+                position=0,
+                status="failed",
                 summary=f"the solution does not import: ValueError: {HOSTILE}",
                 metrics={f"m{HOSTILE}": 1.0, "deep": [{"k\udfff": "\x00"}]},
                 evidence={"log": f"stdout: {HOSTILE}", f"file\x00{HOSTILE}.py": ["a\ud800.py"]},
-                duration_s=0.1, lease_s=settings.lease_s)
+                duration_s=0.1,
+                lease_s=settings.lease_s,
+            )
             assert repository.finish(s, acc.audit_id, "w1", "failed", "fail", f"fail: caught by intake: {HOSTILE}")
     finally:
         engine.dispose()
@@ -90,14 +105,27 @@ def test_a_result_the_database_refuses_is_stored_with_its_status(api) -> None:  
         with UnitOfWork(sessions, AuditQueue(make_celery(settings))) as uow:
             key = uow.session.scalar(select(ApiKey).where(ApiKey.submitter == "alice"))
             sol = example("pytorch_fp32")
-            acc = submissions.submit(uow, settings, Principal(key.id, key.submitter, frozenset({"submit"})),
-                                     problem_name="embedding_backward",
-                                     problem_hash=load_catalogue().get("embedding_backward").content_hash,
-                                     solution_name=sol["name"], data=sol, idempotency_key=None)
+            acc = submissions.submit(
+                uow,
+                settings,
+                Principal(key.id, key.submitter, frozenset({"submit"})),
+                problem_name="embedding_backward",
+                problem_hash=load_catalogue().get("embedding_backward").content_hash,
+                solution_name=sol["name"],
+                data=sol,
+                idempotency_key=None,
+            )
         with sessions.begin() as s:
             assert repository.claim(s, acc.audit_id, "w1", settings.lease_s) is not None
-        record = results.StageRecord(name="probes", position=3, status="failed", summary="error grows with multiplicity",
-                                     metrics={"count": 10**5000}, evidence={}, duration_s=1.0)
+        record = results.StageRecord(
+            name="probes",
+            position=3,
+            status="failed",
+            summary="error grows with multiplicity",
+            metrics={"count": 10**5000},
+            evidence={},
+            duration_s=1.0,
+        )
         assert results.store(sessions, acc.audit_id, "w1", record, lease_s=settings.lease_s)
         with sessions() as s:
             row = s.scalar(select(StageResultRow).where(StageResultRow.audit_id == acc.audit_id))
@@ -116,7 +144,9 @@ def test_a_kernel_raising_nul_and_a_lone_surrogate_stays_failed(api, tmp_path: P
     try:
         sol = example("pytorch_fp32")
         sol["name"] = "raises_nul_and_surrogate"
-        sol["sources"][0]["content"] = 'raise ValueError("bad\\x00byte and \\ud800 lone")\n' + sol["sources"][0]["content"]
+        sol["sources"][0]["content"] = (
+            'raise ValueError("bad\\x00byte and \\ud800 lone")\n' + sol["sources"][0]["content"]
+        )
         r = client.post("/v1/submissions", json=sol, headers={"Authorization": f"Bearer {keys['alice']}"})
         assert r.status_code == 202, r.text
         s = wait_for(_finished(client, keys["alice"], r.json()["id"]), 180, "the audit did not finish", worker)

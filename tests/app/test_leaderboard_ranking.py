@@ -89,27 +89,65 @@ def _finished(sessions: sessionmaker[Session], settings: Settings, seed: Seed) -
         assert key is not None
         data = _source(seed.kernel)
         data["name"] = seed.label
-        acc = submissions.submit(uow, settings, Principal(key.id, seed.submitter, frozenset({"submit"})),
-                                 problem_name=PROBLEM, problem_hash="h", solution_name=seed.label, data=data,
-                                 idempotency_key=None, device="cpu" if seed.hardware == "cpu" else "cuda:0")
+        acc = submissions.submit(
+            uow,
+            settings,
+            Principal(key.id, seed.submitter, frozenset({"submit"})),
+            problem_name=PROBLEM,
+            problem_hash="h",
+            solution_name=seed.label,
+            data=data,
+            idempotency_key=None,
+            device="cpu" if seed.hardware == "cpu" else "cuda:0",
+        )
     with sessions.begin() as s:
         assert repository.claim(s, acc.audit_id, "w", 60)
         for pos, (name, status) in enumerate(seed.stages.items(), start=1):
             metrics: dict[str, Any] = {}
             if name == "benchmark":
                 timing = {"hardware": seed.hardware, "speedup_ci": list(seed.ci), "indicative": seed.hardware == "cpu"}
-                metrics = {"kernel_median_ms": seed.kernel_ms, "reference_median_ms": seed.reference_ms,
-                           "speedup": seed.speedup, "speedup_ci": list(seed.ci), "passes_benchmark": True, "timing": timing}
-            repository.store_stage(s, acc.audit_id, "w", name=name, position=pos, status=status, summary="",
-                                   metrics=metrics, evidence={}, duration_s=1, lease_s=60)
+                metrics = {
+                    "kernel_median_ms": seed.kernel_ms,
+                    "reference_median_ms": seed.reference_ms,
+                    "speedup": seed.speedup,
+                    "speedup_ci": list(seed.ci),
+                    "passes_benchmark": True,
+                    "timing": timing,
+                }
+            repository.store_stage(
+                s,
+                acc.audit_id,
+                "w",
+                name=name,
+                position=pos,
+                status=status,
+                summary="",
+                metrics=metrics,
+                evidence={},
+                duration_s=1,
+                lease_s=60,
+            )
         failed = [n for n, st in seed.stages.items() if st == "failed"]
         errored = [n for n, st in seed.stages.items() if st == "error"]
         status = seed.status or ("failed" if failed else "error" if errored else "passed")
         verdict = {"passed": "pass", "failed": "fail"}.get(status, "error")
-        repository.store_stage(s, acc.audit_id, "w", name="verdict", position=9, status=status, summary="",
-                               metrics={"caught_by": failed, "passes_benchmark": True,
-                                        "numerically_sound": seed.stages.get("probes") == "passed"},
-                               evidence={}, duration_s=0, lease_s=60)
+        repository.store_stage(
+            s,
+            acc.audit_id,
+            "w",
+            name="verdict",
+            position=9,
+            status=status,
+            summary="",
+            metrics={
+                "caught_by": failed,
+                "passes_benchmark": True,
+                "numerically_sound": seed.stages.get("probes") == "passed",
+            },
+            evidence={},
+            duration_s=0,
+            lease_s=60,
+        )
         assert repository.finish(s, acc.audit_id, "w", status, verdict, "")
         events.audit_completed(s, acc.audit_id)
     return acc.submission_id
@@ -163,9 +201,15 @@ def _dashboard(url: str) -> dict[str, tuple[int | None, int | None]]:
 def _webhook_ranks(sessions: sessionmaker[Session]) -> dict[tuple[str, str], int | None]:
     """(submission, board) -> the rank the latest leaderboard.rank_changed event announced."""
     with sessions() as s:
-        rows = s.scalars(select(WebhookDelivery).where(WebhookDelivery.event == "leaderboard.rank_changed")
-                         .order_by(WebhookDelivery.created_at)).all()
-        return {(r.payload["data"]["submission_id"], r.payload["data"]["board"]): r.payload["data"]["new_rank"] for r in rows}
+        rows = s.scalars(
+            select(WebhookDelivery)
+            .where(WebhookDelivery.event == "leaderboard.rank_changed")
+            .order_by(WebhookDelivery.created_at)
+        ).all()
+        return {
+            (r.payload["data"]["submission_id"], r.payload["data"]["board"]): r.payload["data"]["new_rank"]
+            for r in rows
+        }
 
 
 def test_api_dashboard_and_webhooks_agree_on_every_rank(seeded) -> None:  # type: ignore[no-untyped-def]
@@ -178,10 +222,20 @@ def test_api_dashboard_and_webhooks_agree_on_every_rank(seeded) -> None:  # type
     # (4.5x) and shares its rank; the error and the timed-out audit are nowhere, whatever their speed
     # (the GPU boards first, the CPU's indicative one last)
     assert [(r["hardware"], r["rank"], name[r["submission_id"]]) for r in board] == [
-        (H200, 1, "gpu_h"), (H200, 2, "gpu_b"),
-        ("cpu", 1, "best"), ("cpu", 2, "caught"), ("cpu", 3, "small"), ("cpu", 3, "dup1")]
+        (H200, 1, "gpu_h"),
+        (H200, 2, "gpu_b"),
+        ("cpu", 1, "best"),
+        ("cpu", 2, "caught"),
+        ("cpu", 3, "small"),
+        ("cpu", 3, "dup1"),
+    ]
     assert [(r["hardware"], r["rank"], name[r["submission_id"]]) for r in audited] == [
-        (H200, 1, "gpu_h"), (H200, 2, "gpu_b"), ("cpu", 1, "best"), ("cpu", 2, "small"), ("cpu", 2, "dup1")]
+        (H200, 1, "gpu_h"),
+        (H200, 2, "gpu_b"),
+        ("cpu", 1, "best"),
+        ("cpu", 2, "small"),
+        ("cpu", 2, "dup1"),
+    ]
     assert [r["tied"] for r in board] == [False, False, False, False, True, True]
     assert board[3]["verdict"] == "fail" and board[3]["caught_by"] == "probes"
     assert all(r["indicative"] is (r["hardware"] == "cpu") for r in board)
@@ -233,14 +287,31 @@ def test_the_migration_folds_and_ranks_audits_finished_before_it(service_setting
             with UnitOfWork(sessions, _NoBroker()) as uow:  # type: ignore[arg-type]
                 key = uow.session.scalar(select(ApiKey).where(ApiKey.submitter == seed.submitter))
                 assert key is not None
-                acc = submissions.submit(uow, service_settings, Principal(key.id, seed.submitter, frozenset({"submit"})),
-                                         problem_name=PROBLEM, problem_hash="h", solution_name=seed.label,
-                                         data=_source(seed.kernel), idempotency_key=None)
+                acc = submissions.submit(
+                    uow,
+                    service_settings,
+                    Principal(key.id, seed.submitter, frozenset({"submit"})),
+                    problem_name=PROBLEM,
+                    problem_hash="h",
+                    solution_name=seed.label,
+                    data=_source(seed.kernel),
+                    idempotency_key=None,
+                )
             with sessions.begin() as s:  # finished as 0007's code did, without the leaderboard's hook
                 assert repository.claim(s, acc.audit_id, "w", 60)
-                repository.store_stage(s, acc.audit_id, "w", name="benchmark", position=2, status="passed", summary="",
-                                       metrics={"kernel_median_ms": seed.kernel_ms, "reference_median_ms": seed.reference_ms},
-                                       evidence={}, duration_s=1, lease_s=60)
+                repository.store_stage(
+                    s,
+                    acc.audit_id,
+                    "w",
+                    name="benchmark",
+                    position=2,
+                    status="passed",
+                    summary="",
+                    metrics={"kernel_median_ms": seed.kernel_ms, "reference_median_ms": seed.reference_ms},
+                    evidence={},
+                    duration_s=1,
+                    lease_s=60,
+                )
                 assert repository.finish(s, acc.audit_id, "w", "passed", "pass", "")
             ids.append(acc.submission_id)
         migrate.upgrade(service_settings)
@@ -264,12 +335,36 @@ def test_ties_are_dense_and_measured_against_the_fastest_of_the_group() -> None:
     t0 = datetime(2026, 1, 1)
 
     def run(label: str, speedup: float, lo: float, hi: float, status: str = "passed") -> Run:
-        return Run(submission_id=label, submitter="x", solution_name=label, submitted_at=t0 + timedelta(seconds=ord(label[0])),
-                   kernel_hash=label, hardware="cpu", status=status, verdict="pass" if status == "passed" else "fail",
-                   passes_benchmark=True, speedup=speedup, speedup_lo=lo, speedup_hi=hi)
+        return Run(
+            submission_id=label,
+            submitter="x",
+            solution_name=label,
+            submitted_at=t0 + timedelta(seconds=ord(label[0])),
+            kernel_hash=label,
+            hardware="cpu",
+            status=status,
+            verdict="pass" if status == "passed" else "fail",
+            passes_benchmark=True,
+            speedup=speedup,
+            speedup_lo=lo,
+            speedup_hi=hi,
+        )
 
-    boards = rank_boards([run("A", 11, 10, 12), run("B", 10, 9, 11), run("C", 9, 8, 9.5), run("D", 5, 4.9, 5.1),
-                          run("E", 30, 29, 31, status="error"), run("F", 4, 3.9, 4.1, status="failed")])
+    boards = rank_boards(
+        [
+            run("A", 11, 10, 12),
+            run("B", 10, 9, 11),
+            run("C", 9, 8, 9.5),
+            run("D", 5, 4.9, 5.1),
+            run("E", 30, 29, 31, status="error"),
+            run("F", 4, 3.9, 4.1, status="failed"),
+        ]
+    )
     assert [(e.submission_id, e.rank, e.tied) for e in boards[("benchmark", "cpu")]] == [
-        ("A", 1, True), ("B", 1, True), ("C", 2, False), ("D", 3, False), ("F", 4, False)]
+        ("A", 1, True),
+        ("B", 1, True),
+        ("C", 2, False),
+        ("D", 3, False),
+        ("F", 4, False),
+    ]
     assert [(e.submission_id, e.rank) for e in boards[("audited", "cpu")]] == [("A", 1), ("B", 1), ("C", 2), ("D", 3)]

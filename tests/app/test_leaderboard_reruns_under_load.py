@@ -24,7 +24,9 @@ BURNERS = 2  # busy processes: the CPU the timing runs on is shared, as on a loa
 
 
 def _finished(url: str, key: str, sid: str) -> dict[str, Any] | None:
-    s: dict[str, Any] = httpx.get(f"{url}/v1/submissions/{sid}", headers={"Authorization": f"Bearer {key}"}, timeout=5).json()
+    s: dict[str, Any] = httpx.get(
+        f"{url}/v1/submissions/{sid}", headers={"Authorization": f"Bearer {key}"}, timeout=5
+    ).json()
     return s if s["status"] not in ("queued", "running") else None
 
 
@@ -40,8 +42,9 @@ def _dashboard_rank(url: str, sid: str) -> int | None:
 
 @pytest.mark.services
 @pytest.mark.slow
-def test_four_real_runs_of_one_kernel_under_load_are_one_entry_covering_them(service_settings: Settings,
-                                                                           tmp_path: Path) -> None:
+def test_four_real_runs_of_one_kernel_under_load_are_one_entry_covering_them(
+    service_settings: Settings, tmp_path: Path
+) -> None:
     settings = service_settings.model_copy(update={"audit_stages": "intake,benchmark"})
     keys = bootstrap(settings)
     h = {"Authorization": f"Bearer {keys['alice']}"}
@@ -52,12 +55,15 @@ def test_four_real_runs_of_one_kernel_under_load_are_one_entry_covering_them(ser
         solution = json.loads(SOLUTION.read_text())
         sids = []
         for i in range(RUNS):  # the same sources each time; only the name differs, which identity ignores
-            posted = httpx.post(f"{url}/v1/submissions", json={**solution, "name": f"{solution['name']}_run{i}"},
-                                headers=h, timeout=10)
+            posted = httpx.post(
+                f"{url}/v1/submissions", json={**solution, "name": f"{solution['name']}_run{i}"}, headers=h, timeout=10
+            )
             assert posted.status_code == 202, posted.text
             sids.append(posted.json()["id"])
-        done = [wait_for(lambda sid=sid: _finished(url, keys["alice"], sid), 600, "an audit did not finish", worker)
-                for sid in sids]
+        done = [
+            wait_for(lambda sid=sid: _finished(url, keys["alice"], sid), 600, "an audit did not finish", worker)
+            for sid in sids
+        ]
     finally:
         for b in burners:
             b.kill()

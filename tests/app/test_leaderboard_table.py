@@ -43,13 +43,28 @@ def _submit(sessions: sessionmaker[Session], settings: Settings, submitter: str,
     with UnitOfWork(sessions, _NoBroker()) as uow:  # type: ignore[arg-type]
         key = uow.session.scalar(select(ApiKey).where(ApiKey.submitter == submitter))
         assert key is not None
-        acc = submissions.submit(uow, settings, Principal(key.id, submitter, frozenset({"submit"})), problem_name=PROBLEM,
-                                 problem_hash="h", solution_name=name, data=data, idempotency_key=None)
+        acc = submissions.submit(
+            uow,
+            settings,
+            Principal(key.id, submitter, frozenset({"submit"})),
+            problem_name=PROBLEM,
+            problem_hash="h",
+            solution_name=name,
+            data=data,
+            idempotency_key=None,
+        )
         return acc.submission_id, acc.audit_id
 
 
-def _run(sessions: sessionmaker[Session], audit_id: str, kernel_ms: float, stages: dict[str, str], *, commit: bool = True,
-         hook: Callable[[Session, str], Any] = events.audit_completed) -> Any:
+def _run(
+    sessions: sessionmaker[Session],
+    audit_id: str,
+    kernel_ms: float,
+    stages: dict[str, str],
+    *,
+    commit: bool = True,
+    hook: Callable[[Session, str], Any] = events.audit_completed,
+) -> Any:
     """What the audit task does: claim, store each stage, then finish and call the hook in one transaction."""
     with sessions.begin() as s:
         assert repository.claim(s, audit_id, "w", 60)
@@ -57,15 +72,43 @@ def _run(sessions: sessionmaker[Session], audit_id: str, kernel_ms: float, stage
         for pos, (name, status) in enumerate(stages.items(), start=1):
             metrics: dict[str, Any] = {}
             if name == "benchmark":
-                metrics = {"kernel_median_ms": kernel_ms, "reference_median_ms": 1.0, "speedup": 1.0 / kernel_ms,
-                           "passes_benchmark": status == "passed"}
-            repository.store_stage(s, audit_id, "w", name=name, position=pos, status=status, summary=f"{name} {status}",
-                                   metrics=metrics, evidence={}, duration_s=1, lease_s=60)
+                metrics = {
+                    "kernel_median_ms": kernel_ms,
+                    "reference_median_ms": 1.0,
+                    "speedup": 1.0 / kernel_ms,
+                    "passes_benchmark": status == "passed",
+                }
+            repository.store_stage(
+                s,
+                audit_id,
+                "w",
+                name=name,
+                position=pos,
+                status=status,
+                summary=f"{name} {status}",
+                metrics=metrics,
+                evidence={},
+                duration_s=1,
+                lease_s=60,
+            )
         failed = [n for n, st in stages.items() if st == "failed"]
-        repository.store_stage(s, audit_id, "w", name="verdict", position=9, status="failed" if failed else "passed", summary="",
-                               metrics={"caught_by": failed, "passes_benchmark": stages.get("benchmark") == "passed",
-                                        "numerically_sound": stages.get("probes") == "passed" if "probes" in stages else None},
-                               evidence={}, duration_s=0, lease_s=60)
+        repository.store_stage(
+            s,
+            audit_id,
+            "w",
+            name="verdict",
+            position=9,
+            status="failed" if failed else "passed",
+            summary="",
+            metrics={
+                "caught_by": failed,
+                "passes_benchmark": stages.get("benchmark") == "passed",
+                "numerically_sound": stages.get("probes") == "passed" if "probes" in stages else None,
+            },
+            evidence={},
+            duration_s=0,
+            lease_s=60,
+        )
     s = sessions()
     try:
         s.begin()
@@ -98,8 +141,7 @@ def test_rows_are_written_with_the_finishing_transaction_and_ranks_move(world) -
     # a fast kernel the benchmark passes and the probes catch: ranked on the API's board, not on the audited one
     fast, fast_audit = _submit(sessions, settings, "alice", "fast_bf16")
     caught = {"static": "passed", "benchmark": "passed", "probes": "failed"}
-    assert _changes(_run(sessions, fast_audit, 0.05, caught, hook=refresh_entry)) == {
-        ("alice", "leaderboard", None, 1)}
+    assert _changes(_run(sessions, fast_audit, 0.05, caught, hook=refresh_entry)) == {("alice", "leaderboard", None, 1)}
     with sessions() as s:
         e = s.get(LeaderboardEntry, fast)
         assert e is not None and (e.rank, e.benchmark_rank, e.audited_rank, e.caught_by) == (1, 1, None, "probes")
@@ -113,15 +155,26 @@ def test_rows_are_written_with_the_finishing_transaction_and_ranks_move(world) -
         assert s.scalar(select(LeaderboardEntry).where(LeaderboardEntry.audit_id == lost_audit)) is None
 
     _, bob_audit = _submit(sessions, settings, "bob", "bob_fp32")
-    assert _changes(_run(sessions, bob_audit, 0.2, PASSED, hook=refresh_entry)) == {("bob", "leaderboard", None, 2), ("bob", "audited", None, 1)}
+    assert _changes(_run(sessions, bob_audit, 0.2, PASSED, hook=refresh_entry)) == {
+        ("bob", "leaderboard", None, 2),
+        ("bob", "audited", None, 1),
+    }
     # alice's second kernel, clean and faster than bob's: second on the API's board (every kernel, by speedup) and
     # first on the audited board, pushing bob down on both
     _, second_audit = _submit(sessions, settings, "alice", "alice_fp32")
     assert _changes(_run(sessions, second_audit, 0.1, PASSED, hook=refresh_entry)) == {
-        ("alice", "leaderboard", None, 2), ("bob", "leaderboard", 2, 3), ("alice", "audited", None, 1), ("bob", "audited", 1, 2)}
+        ("alice", "leaderboard", None, 2),
+        ("bob", "leaderboard", 2, 3),
+        ("alice", "audited", None, 1),
+        ("bob", "audited", 1, 2),
+    }
     with sessions() as s:
         lb = leaderboard(s, PROBLEM)
-        assert [(r.rank, r.submitter, r.kernel_ms) for r in lb.rows] == [(1, "alice", 0.05), (2, "alice", 0.1), (3, "bob", 0.2)]
+        assert [(r.rank, r.submitter, r.kernel_ms) for r in lb.rows] == [
+            (1, "alice", 0.05),
+            (2, "alice", 0.1),
+            (3, "bob", 0.2),
+        ]
         assert lb.rows[0].numerically_sound is False and lb.rows[0].passes_benchmark is True
         assert lb.rows[0].verdict == "fail" and lb.rows[0].caught_by == "probes" and lb.rows[0].hardware == "cpu"
         assert lb.rows[0].stages == caught and lb.rows[1].stages == lb.rows[2].stages == PASSED
@@ -135,7 +188,9 @@ def test_a_late_older_attempt_does_not_replace_a_newer_result(world) -> None:  #
     _run(sessions, first, 0.1, PASSED)
     with sessions.begin() as s:
         sub = s.get(Submission, sid)
-        second = repository.new_audit(s, sub, problem_hash="h", attempt=2, reason="re-audit", stages=None, device="cpu", queue="cpu")
+        second = repository.new_audit(
+            s, sub, problem_hash="h", attempt=2, reason="re-audit", stages=None, device="cpu", queue="cpu"
+        )
         s.flush()
         second_id = second.id
     _run(sessions, second_id, 0.3, {"static": "passed", "benchmark": "passed", "probes": "failed"})
@@ -162,7 +217,7 @@ def test_dashboard_pages_mark_caught_kernels_and_escape_names(world) -> None:  #
         assert f'<tr data-problem="{PROBLEM}">' in home.text
         row = home.text.split(f'<tr data-problem="{PROBLEM}">', 1)[1].split("</tr>", 1)[0]
         nums = [c.split(">")[-1] for c in row.split("</td>")[1:4]]
-        assert nums == ["2", "0", "2"] and "?show=caught\">1</a>" in row
+        assert nums == ["2", "0", "2"] and '?show=caught">1</a>' in row
 
         page = client.get(f"/problems/{PROBLEM}")
         assert page.status_code == 200 and "<script>alert" not in page.text and "<img src=x" not in page.text
@@ -170,9 +225,14 @@ def test_dashboard_pages_mark_caught_kernels_and_escape_names(world) -> None:  #
         caught_row = page.text.split(f'data-submission="{caught}"', 1)[1].split("</tr>", 1)[0]
         assert 'data-caught="true"' in caught_row and "caught by probes" in caught_row
         assert f'href="/submissions/{caught}#stage-probes" title="probes: failed"' in caught_row
-        assert '<td class="num audited-rank">—</td>' in caught_row and '<td class="num benchmark-rank">1</td>' in caught_row
+        assert (
+            '<td class="num audited-rank">—</td>' in caught_row
+            and '<td class="num benchmark-rank">1</td>' in caught_row
+        )
         clean_row = page.text.split(f'data-submission="{clean}"', 1)[1].split("</tr>", 1)[0]
-        assert '<td class="num audited-rank">1</td>' in clean_row and '<td class="num benchmark-rank">2</td>' in clean_row
+        assert (
+            '<td class="num audited-rank">1</td>' in clean_row and '<td class="num benchmark-rank">2</td>' in clean_row
+        )
         only_caught = client.get(f"/problems/{PROBLEM}?show=caught").text
         assert caught in only_caught and clean not in only_caught
         assert client.get(f"/problems/{PROBLEM}?show=bogus").status_code == 422
@@ -190,7 +250,10 @@ def test_plotly_is_served_from_the_installed_package_and_nothing_else_is(world) 
     settings, _ = world
     with _dashboard(settings) as client:
         js = client.get("/static/plotly.min.js")
-        assert js.status_code == 200 and js.content == (Path(plotly.__file__).parent / "package_data" / "plotly.min.js").read_bytes()
+        assert (
+            js.status_code == 200
+            and js.content == (Path(plotly.__file__).parent / "package_data" / "plotly.min.js").read_bytes()
+        )
         assert client.get("/static/dashboard.js").status_code == 200
         for bad in ("/static/..%2F..%2Fcore%2Fsettings.py", "/static/routes.py", "/static/%2Fetc%2Fpasswd"):
             assert client.get(bad).status_code == 404
@@ -210,8 +273,12 @@ def test_a_private_dashboard_needs_a_key_and_never_shows_it(world) -> None:  # t
             r = client.get(path)
             assert r.status_code == 401 and "needs an API key" in r.text and "alice" not in r.text
         assert client.get("/?key=ka_not_a_key").status_code == 401
-        assert client.get(f"/problems/{PROBLEM}?show=all&key={key}").status_code == 401  # a key in an address opens nothing
-    with _dashboard(settings, dashboard_public=False) as client:  # the locked page's form: a POST, the key in no address
+        assert (
+            client.get(f"/problems/{PROBLEM}?show=all&key={key}").status_code == 401
+        )  # a key in an address opens nothing
+    with _dashboard(
+        settings, dashboard_public=False
+    ) as client:  # the locked page's form: a POST, the key in no address
         assert client.post("/key", data={"key": "ka_not_a_key", "next": "/"}).status_code == 401
         for hostile in ("//evil.example/x", "https://evil.example/", "/\\evil.example", "/\t/evil.example"):
             r = client.post("/key", data={"key": key, "next": hostile}, follow_redirects=False)
@@ -251,13 +318,26 @@ def test_a_running_audit_shows_its_stages_but_not_their_evidence_until_it_ends(w
     sid, audit = _submit(sessions, settings, "alice", "k")
     with sessions.begin() as s:
         assert repository.claim(s, audit, "w", 60)
-        repository.store_stage(s, audit, "w", name="probes", position=3, status="failed", summary="over budget",
-                               metrics={"diagnosis": ["error grows with index multiplicity"]},
-                               evidence={"seeds": {"real_text": 987654321}}, duration_s=1, lease_s=60)
+        repository.store_stage(
+            s,
+            audit,
+            "w",
+            name="probes",
+            position=3,
+            status="failed",
+            summary="over budget",
+            metrics={"diagnosis": ["error grows with index multiplicity"]},
+            evidence={"seeds": {"real_text": 987654321}},
+            duration_s=1,
+            lease_s=60,
+        )
     with _dashboard(settings) as client:
         live = client.get(f"/submissions/{sid}/live")
         assert live.headers["x-audit-status"] == "running" and 'data-finished="false"' in live.text
-        assert 'data-stage="probes" data-status="failed"' in live.text and "error grows with index multiplicity" in live.text
+        assert (
+            'data-stage="probes" data-status="failed"' in live.text
+            and "error grows with index multiplicity" in live.text
+        )
         assert "987654321" not in live.text and "987654321" not in client.get(f"/submissions/{sid}").text
         with sessions.begin() as s:
             assert repository.finish(s, audit, "w", "failed", "fail", "caught by probes")
@@ -278,7 +358,10 @@ def test_audits_finishing_at_once_rank_from_each_others_rows(service_settings: S
     engine = make_engine(service_settings)
     sessions = make_sessionmaker(engine)
     try:
-        (a_sid, a), (b_sid, b) = _submit(sessions, service_settings, "alice", "a"), _submit(sessions, service_settings, "bob", "b")
+        (a_sid, a), (b_sid, b) = (
+            _submit(sessions, service_settings, "alice", "a"),
+            _submit(sessions, service_settings, "bob", "b"),
+        )
         for audit, ms in ((a, 0.1), (b, 0.2)):
             _run(sessions, audit, ms, PASSED, commit=False)  # stages stored and committed; the finish rolled back
         first = sessions()
@@ -297,9 +380,16 @@ def test_audits_finishing_at_once_rank_from_each_others_rows(service_settings: S
         t.start()
         # autocommit: pg_stat_activity is read once per transaction, so each look must be its own transaction
         with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as probe:
-            wait_for(lambda: probe.execute(select(func.count()).select_from(text("pg_stat_activity")).where(
-                text("wait_event_type = 'Lock' and datname = current_database()"))).scalar_one() == 1, 30,
-                "the second finish did not wait for the problem's lock")
+            wait_for(
+                lambda: probe.execute(
+                    select(func.count())
+                    .select_from(text("pg_stat_activity"))
+                    .where(text("wait_event_type = 'Lock' and datname = current_database()"))
+                ).scalar_one()
+                == 1,
+                30,
+                "the second finish did not wait for the problem's lock",
+            )
         assert not done.is_set()
         first.commit()
         first.close()

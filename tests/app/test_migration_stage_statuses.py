@@ -18,7 +18,9 @@ from app.leaderboard.service import leaderboard
 
 COLUMNS = ("static_status", "benchmark_status", "probes_status", "canary_status")
 CAUGHT = {"static": "passed", "benchmark": "passed", "probes": "failed"}
-ENTRIES = sa.table("leaderboard_entries", sa.column("submission_id", sa.String), *(sa.column(c, sa.String) for c in COLUMNS))
+ENTRIES = sa.table(
+    "leaderboard_entries", sa.column("submission_id", sa.String), *(sa.column(c, sa.String) for c in COLUMNS)
+)
 
 
 @pytest.mark.parametrize("backend", ["sqlite", "postgres"])
@@ -30,7 +32,9 @@ def test_statuses_move_to_the_stage_results_and_back(backend: str, request: pyte
         sid, audit_id = _submit(sessions, settings, "alice", "fast_bf16")
         _run(sessions, audit_id, 0.05, CAUGHT, hook=refresh_entry)
         with engine.begin() as conn:  # the columns as revision 0008's code wrote them
-            conn.execute(ENTRIES.update().values(static_status="passed", benchmark_status="passed", probes_status="failed"))
+            conn.execute(
+                ENTRIES.update().values(static_status="passed", benchmark_status="passed", probes_status="failed")
+            )
 
         migrate.upgrade(settings)
         with engine.connect() as conn:
@@ -42,6 +46,8 @@ def test_statuses_move_to_the_stage_results_and_back(backend: str, request: pyte
 
         migrate.downgrade(settings, "0008")
         with engine.connect() as conn:
-            assert conn.execute(sa.select(*(ENTRIES.c[c] for c in COLUMNS))).all() == [("passed", "passed", "failed", None)]
+            assert conn.execute(sa.select(*(ENTRIES.c[c] for c in COLUMNS))).all() == [
+                ("passed", "passed", "failed", None)
+            ]
     finally:
         engine.dispose()

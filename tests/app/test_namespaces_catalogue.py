@@ -35,11 +35,20 @@ TENANT_DEFINITION: dict[str, Any] = {
     "reference": "import torch\n\n\ndef run(x, scale):\n    return (x.float() * scale).sum(-1)\n",
 }
 # the problems table as revision 0006 has it (the model's table has the columns 0007 adds)
-PROBLEMS_0006 = sa.table("problems", *(sa.column(c) for c in ("name", "description", "content_hash", "synced_at", "origin",
-                                                             "uploaded_by")),
-                         sa.column("definition", sa.JSON), sa.column("probes", sa.JSON), sa.column("bundle", sa.JSON))
-WORKLOADS = [{"uuid": "w-8-16", "axes": {"rows": 8, "cols": 16},
-              "inputs": {"x": {"type": "random"}, "scale": {"type": "scalar", "value": 0.5}}}]
+PROBLEMS_0006 = sa.table(
+    "problems",
+    *(sa.column(c) for c in ("name", "description", "content_hash", "synced_at", "origin", "uploaded_by")),
+    sa.column("definition", sa.JSON),
+    sa.column("probes", sa.JSON),
+    sa.column("bundle", sa.JSON),
+)
+WORKLOADS = [
+    {
+        "uuid": "w-8-16",
+        "axes": {"rows": 8, "cols": 16},
+        "inputs": {"x": {"type": "random"}, "scale": {"type": "scalar", "value": 0.5}},
+    }
+]
 
 
 def _catalogue_with_newprob(root: Path) -> dict[str, Any]:
@@ -62,16 +71,27 @@ def api(service_settings: Settings, tmp_path: Path) -> Iterator[tuple[TestClient
 
 
 def _solution(definition: str, inputs: str) -> dict[str, Any]:
-    return {"name": f"for_{definition.replace('@', '_')}", "definition": definition, "author": "alice",
-            "spec": {"language": "python", "target_hardware": ["cpu"], "entry_point": "k.py::run",
-                     "destination_passing_style": False},
-            "sources": [{"path": "k.py", "content": f"def run({inputs}):\n    return None\n"}]}
+    return {
+        "name": f"for_{definition.replace('@', '_')}",
+        "definition": definition,
+        "author": "alice",
+        "spec": {
+            "language": "python",
+            "target_hardware": ["cpu"],
+            "entry_point": "k.py::run",
+            "destination_passing_style": False,
+        },
+        "sources": [{"path": "k.py", "content": f"def run({inputs}):\n    return None\n"}],
+    }
 
 
 def test_a_catalogue_sync_installs_the_catalogues_problem_over_a_squatted_name(api) -> None:  # type: ignore[no-untyped-def]
     client, keys, catalogue_definition = api
-    up = client.post("/v1/definitions", json={"definition": TENANT_DEFINITION, "workloads": WORKLOADS},
-                     headers={"Authorization": keys["alice"]})
+    up = client.post(
+        "/v1/definitions",
+        json={"definition": TENANT_DEFINITION, "workloads": WORKLOADS},
+        headers={"Authorization": keys["alice"]},
+    )
     assert up.status_code == 201, up.text
     mine = up.json()
     assert mine["name"].startswith("newprob@") and mine["name"] != "newprob" and mine["definition_name"] == "newprob"
@@ -86,23 +106,33 @@ def test_a_catalogue_sync_installs_the_catalogues_problem_over_a_squatted_name(a
         assert got.status_code == 200, got.text
         d = got.json()["definition"]
         assert got.json()["origin"] == "catalogue" and (d["reference"], d["inputs"].keys()) == (
-            catalogue_definition["reference"], catalogue_definition["inputs"].keys())
+            catalogue_definition["reference"],
+            catalogue_definition["inputs"].keys(),
+        )
     own = client.get(f"/v1/problems/{mine['name']}", headers={"Authorization": keys["alice"]}).json()
     assert own["origin"] == "uploaded" and own["description"] == TENANT_DEFINITION["description"]
 
     # a solution naming `newprob` is audited against the catalogue's; naming the address, against the tenant's
     catalogue_inputs = ", ".join(catalogue_definition["inputs"])
-    r = client.post("/v1/submissions", json=_solution("newprob", catalogue_inputs), headers={"Authorization": keys["alice"]})
+    r = client.post(
+        "/v1/submissions", json=_solution("newprob", catalogue_inputs), headers={"Authorization": keys["alice"]}
+    )
     assert r.status_code == 202, r.text
     assert client.get(r.json()["status_url"], headers={"Authorization": keys["alice"]}).json()["problem"] == "newprob"
-    r = client.post("/v1/submissions", json=_solution(mine["name"], "x, scale"), headers={"Authorization": keys["alice"]})
+    r = client.post(
+        "/v1/submissions", json=_solution(mine["name"], "x, scale"), headers={"Authorization": keys["alice"]}
+    )
     assert r.status_code == 202, r.text
-    assert client.get(r.json()["status_url"], headers={"Authorization": keys["alice"]}).json()["problem"] == mine["name"]
+    assert (
+        client.get(r.json()["status_url"], headers={"Authorization": keys["alice"]}).json()["problem"] == mine["name"]
+    )
 
     # another key's upload of the same name lands in its own namespace: the two never meet
     other = copy.deepcopy(TENANT_DEFINITION)
     other["description"] = "bob's definition under the same name"
-    theirs = client.post("/v1/definitions", json={"definition": other, "workloads": WORKLOADS}, headers={"Authorization": keys["bob"]})
+    theirs = client.post(
+        "/v1/definitions", json={"definition": other, "workloads": WORKLOADS}, headers={"Authorization": keys["bob"]}
+    )
     assert theirs.status_code == 201, theirs.text
     assert theirs.json()["name"] not in ("newprob", mine["name"]) and theirs.json()["name"].startswith("newprob@")
     # a second sync finds the catalogue's problem in place and leaves the uploads alone
@@ -118,14 +148,36 @@ def test_migration_moves_an_existing_upload_into_its_namespace(service_settings:
     key_id = "ab" * 16
     try:
         with engine.begin() as conn:
-            conn.execute(insert(ApiKey.__table__).values(id=key_id, submitter="alice", prefix="ka_x", key_hash="h" * 64,
-                                                         scopes="submit", created_at=utcnow()))
-            conn.execute(insert(PROBLEMS_0006).values(
-                name="newprob", description="legacy upload", content_hash="c" * 64, definition=TENANT_DEFINITION, probes=[],
-                synced_at=utcnow(), origin="uploaded", bundle={"definition": TENANT_DEFINITION}, uploaded_by=key_id))
-            conn.execute(insert(Submission.__table__).values(
-                id="s" * 32, problem_name="newprob", api_key_id=key_id, submitter="alice", solution_name="k", source={},
-                source_hash="d" * 64, created_at=utcnow()))
+            conn.execute(
+                insert(ApiKey.__table__).values(
+                    id=key_id, submitter="alice", prefix="ka_x", key_hash="h" * 64, scopes="submit", created_at=utcnow()
+                )
+            )
+            conn.execute(
+                insert(PROBLEMS_0006).values(
+                    name="newprob",
+                    description="legacy upload",
+                    content_hash="c" * 64,
+                    definition=TENANT_DEFINITION,
+                    probes=[],
+                    synced_at=utcnow(),
+                    origin="uploaded",
+                    bundle={"definition": TENANT_DEFINITION},
+                    uploaded_by=key_id,
+                )
+            )
+            conn.execute(
+                insert(Submission.__table__).values(
+                    id="s" * 32,
+                    problem_name="newprob",
+                    api_key_id=key_id,
+                    submitter="alice",
+                    solution_name="k",
+                    source={},
+                    source_hash="d" * 64,
+                    created_at=utcnow(),
+                )
+            )
         migrate.upgrade(service_settings)
         with engine.connect() as conn:
             rows = conn.execute(select(Problem.name, Problem.namespace, Problem.public, Problem.origin)).all()

@@ -26,11 +26,23 @@ DEFINITION: dict[str, Any] = {
     "outputs": {"out": {"shape": ["rows"], "dtype": "float32"}},
     "reference": "import torch\n\n\ndef run(x, scale):\n    return (x.float() * scale).sum(-1)\n",
 }
-WORKLOADS = [{"uuid": "w-8-16", "axes": {"rows": 8, "cols": 16},
-              "inputs": {"x": {"type": "random"}, "scale": {"type": "scalar", "value": 0.5}}}]
+WORKLOADS = [
+    {
+        "uuid": "w-8-16",
+        "axes": {"rows": 8, "cols": 16},
+        "inputs": {"x": {"type": "random"}, "scale": {"type": "scalar", "value": 0.5}},
+    }
+]
 SOLUTION: dict[str, Any] = {
-    "name": "fp32_sum", "definition": DEFINITION["name"], "author": "alice",
-    "spec": {"language": "python", "target_hardware": ["cpu"], "entry_point": "k.py::run", "destination_passing_style": False},
+    "name": "fp32_sum",
+    "definition": DEFINITION["name"],
+    "author": "alice",
+    "spec": {
+        "language": "python",
+        "target_hardware": ["cpu"],
+        "entry_point": "k.py::run",
+        "destination_passing_style": False,
+    },
     "sources": [{"path": "k.py", "content": "def run(x, scale):\n    return (x * scale).sum(-1)\n"}],
 }
 
@@ -66,7 +78,9 @@ def world(service_settings: Settings, tmp_path: Path) -> Iterator[tuple[Api, Set
 
 def test_an_upload_is_private_until_published_and_its_owner_can_delete_it(world, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     api, settings = world
-    up = api.client.post("/v1/definitions", json={"definition": DEFINITION, "workloads": WORKLOADS}, headers=api.h("alice"))
+    up = api.client.post(
+        "/v1/definitions", json={"definition": DEFINITION, "workloads": WORKLOADS}, headers=api.h("alice")
+    )
     assert up.status_code == 201, up.text
     address = up.json()["name"]
     assert up.json()["public"] is False
@@ -79,7 +93,9 @@ def test_an_upload_is_private_until_published_and_its_owner_can_delete_it(world,
     assert DEFINITION["name"] not in api.home_page()
     assert api.client.get(f"/v1/leaderboard/{address}").status_code == 404
     bobs = api.client.post("/v1/submissions", json={**SOLUTION, "definition": address}, headers=api.h("bob"))
-    assert bobs.status_code == 404 and DEFINITION["name"] not in bobs.json()["detail"].split("known:")[1]  # no private names
+    assert (
+        bobs.status_code == 404 and DEFINITION["name"] not in bobs.json()["detail"].split("known:")[1]
+    )  # no private names
 
     # its owner submits against it (by its bare name); an audit queued: deleting it now is refused
     mine = api.client.post("/v1/submissions", json=SOLUTION, headers=api.h("alice"))
@@ -100,6 +116,7 @@ def test_an_upload_is_private_until_published_and_its_owner_can_delete_it(world,
 
     worker = start_worker(settings, tmp_path / "worker.log")
     try:
+
         def finished(sub: Any, who: str) -> Any:
             s = api.client.get(sub.json()["status_url"], headers=api.h(who)).json()
             return s if s["status"] not in ("queued", "running") else None
@@ -121,9 +138,15 @@ def test_an_upload_is_private_until_published_and_its_owner_can_delete_it(world,
     assert again.status_code == 404  # nothing is audited against it any more
 
     # an admin deletes another key's upload; with no submissions its address is free again
-    bob_up = api.client.post("/v1/definitions", json={"definition": DEFINITION, "workloads": WORKLOADS}, headers=api.h("bob"))
+    bob_up = api.client.post(
+        "/v1/definitions", json={"definition": DEFINITION, "workloads": WORKLOADS}, headers=api.h("bob")
+    )
     assert bob_up.status_code == 201 and bob_up.json()["name"] != address
     assert api.client.delete(f"/v1/problems/{bob_up.json()['name']}", headers=api.h("admin")).status_code == 204
     assert api.status("bob", bob_up.json()["name"]) == 404
-    assert api.client.post("/v1/definitions", json={"definition": DEFINITION, "workloads": WORKLOADS},
-                           headers=api.h("bob")).status_code == 201
+    assert (
+        api.client.post(
+            "/v1/definitions", json={"definition": DEFINITION, "workloads": WORKLOADS}, headers=api.h("bob")
+        ).status_code
+        == 201
+    )

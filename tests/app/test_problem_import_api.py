@@ -18,9 +18,11 @@ from app.main import create_app
 pytestmark = pytest.mark.services
 
 DEFINITION = {
-    "name": "imported_double", "op_type": "elementwise",
+    "name": "imported_double",
+    "op_type": "elementwise",
     "axes": {"n": {"type": "var"}},
-    "inputs": {"x": {"shape": ["n"], "dtype": "float32"}}, "outputs": {"y": {"shape": ["n"], "dtype": "float32"}},
+    "inputs": {"x": {"shape": ["n"], "dtype": "float32"}},
+    "outputs": {"y": {"shape": ["n"], "dtype": "float32"}},
     "reference": "def run(x):\n    return x * 2\n",
 }
 
@@ -34,10 +36,17 @@ def api(service_settings: Settings, tmp_path: Path) -> Iterator[tuple[TestClient
     dataset = tmp_path / "dataset" / "L1" / "double"
     dataset.mkdir(parents=True)
     (dataset / "definition.json").write_text(json.dumps(DEFINITION))
-    (dataset / "workload.jsonl").write_text(json.dumps({"definition": "imported_double", "solution": None,
-                                                        "evaluation": None,
-                                                        "workload": {"uuid": "w", "axes": {"n": 64},
-                                                                     "inputs": {"x": {"type": "random"}}}}) + "\n")
+    (dataset / "workload.jsonl").write_text(
+        json.dumps(
+            {
+                "definition": "imported_double",
+                "solution": None,
+                "evaluation": None,
+                "workload": {"uuid": "w", "axes": {"n": 64}, "inputs": {"x": {"type": "random"}}},
+            }
+        )
+        + "\n"
+    )
     with TestClient(create_app(settings)) as client:
         yield client, keys, tmp_path / "dataset"
 

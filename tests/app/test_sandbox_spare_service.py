@@ -35,14 +35,20 @@ def _finished(url: str, key: str, sid: str):  # type: ignore[no-untyped-def]
     def check() -> dict[str, Any] | None:
         s = httpx.get(f"{url}/v1/submissions/{sid}", headers={"Authorization": f"Bearer {key}"}, timeout=5).json()
         return s if s["status"] not in ("queued", "running") else None
+
     return check
 
 
-def test_each_audit_takes_the_spare_child_and_a_fresh_one_waits_for_the_next(service_settings: Settings,
-                                                                            tmp_path: Path) -> None:
-    settings = service_settings.model_copy(update={
-        "audit_stages": "intake,benchmark", "sandbox_spare": True,
-        "isolation": "namespaces" if shutil.which("bwrap") else "none"})
+def test_each_audit_takes_the_spare_child_and_a_fresh_one_waits_for_the_next(
+    service_settings: Settings, tmp_path: Path
+) -> None:
+    settings = service_settings.model_copy(
+        update={
+            "audit_stages": "intake,benchmark",
+            "sandbox_spare": True,
+            "isolation": "namespaces" if shutil.which("bwrap") else "none",
+        }
+    )
     keys = bootstrap(settings)
     api, url = start_api(settings, tmp_path / "api.log")
     sandboxes = tmp_path / "tmp"
@@ -63,8 +69,12 @@ def test_each_audit_takes_the_spare_child_and_a_fresh_one_waits_for_the_next(ser
             s = wait_for(_finished(url, keys["alice"], sid), 300, "the audit did not finish", worker)
             assert s["status"] == "passed", s
         # the two audits' children are gone; the one left is the spare for the next audit, not the first spare
-        left = wait_for(lambda: (c := _children(sandboxes)) and len(c) == 1 and c.isdisjoint(first) and c,
-                        120, "expected exactly one fresh spare child after two audits", worker)
+        left = wait_for(
+            lambda: (c := _children(sandboxes)) and len(c) == 1 and c.isdisjoint(first) and c,
+            120,
+            "expected exactly one fresh spare child after two audits",
+            worker,
+        )
         assert len(left) == 1
     finally:
         worker.kill()

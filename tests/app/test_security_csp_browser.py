@@ -22,13 +22,33 @@ from app.main import create_app
 pytestmark = pytest.mark.slow
 
 CHROMIUM = Path("/usr/bin/chromium")
-BROWSER_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                "--disable-sync", "--no-first-run"]
+BROWSER_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
 # what the probes stage stores, enough for one error-vs-multiplicity figure
-PROBES_METRICS: dict[str, Any] = {"probes": {"heavy_hitters": {"outputs": {"grad": {
-    "bucket_kind": "index_count", "max_ratio": 2.0,
-    "buckets": [{"lo": 1, "mean_label": 1, "ratio": 1.0, "groups": 5}, {"lo": 2, "mean_label": 3, "ratio": 1.6, "groups": 5},
-                {"lo": 8, "mean_label": 10, "ratio": 4.0, "groups": 5}]}}}}}
+PROBES_METRICS: dict[str, Any] = {
+    "probes": {
+        "heavy_hitters": {
+            "outputs": {
+                "grad": {
+                    "bucket_kind": "index_count",
+                    "max_ratio": 2.0,
+                    "buckets": [
+                        {"lo": 1, "mean_label": 1, "ratio": 1.0, "groups": 5},
+                        {"lo": 2, "mean_label": 3, "ratio": 1.6, "groups": 5},
+                        {"lo": 8, "mean_label": 10, "ratio": 4.0, "groups": 5},
+                    ],
+                }
+            }
+        }
+    }
+}
 
 
 def _finished_submission(settings: Settings, key: str) -> str:
@@ -41,8 +61,19 @@ def _finished_submission(settings: Settings, key: str) -> str:
         sessions = make_sessionmaker(engine)
         with sessions.begin() as s:
             assert repository.claim(s, audit, "w", 60)
-            repository.store_stage(s, audit, "w", name="probes", position=3, status="failed", summary="over budget",
-                                   metrics=PROBES_METRICS, evidence={}, duration_s=1, lease_s=60)
+            repository.store_stage(
+                s,
+                audit,
+                "w",
+                name="probes",
+                position=3,
+                status="failed",
+                summary="over budget",
+                metrics=PROBES_METRICS,
+                evidence={},
+                duration_s=1,
+                lease_s=60,
+            )
         with sessions.begin() as s:
             assert repository.finish(s, audit, "w", "failed", "fail", "caught by probes")
             events.audit_completed(s, audit)
@@ -56,7 +87,17 @@ def dashboard(sqlite_settings: Settings, tmp_path: Path) -> Iterator[tuple[str, 
     keys = bootstrap(sqlite_settings)
     sid = _finished_submission(sqlite_settings, keys["alice"])
     port = free_port()
-    argv = [sys.executable, "-m", "uvicorn", "--factory", "app.main:create_app", "--host", "127.0.0.1", "--port", str(port)]
+    argv = [
+        sys.executable,
+        "-m",
+        "uvicorn",
+        "--factory",
+        "app.main:create_app",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+    ]
     proc = Proc(argv, env_for(sqlite_settings), tmp_path / "uvicorn.log")
     url = f"http://127.0.0.1:{port}"
     try:
@@ -84,14 +125,20 @@ def test_the_submission_page_draws_its_plot_with_no_policy_violation(dashboard: 
             page = browser.new_page()
             console: list[str] = []
             page.on("console", lambda m: console.append(m.text))
-            page.add_init_script("window.__violations = []; document.addEventListener('securitypolicyviolation', "
-                                 "e => window.__violations.push(e.violatedDirective + ' ' + e.blockedURI + ' ' + e.sample + ' ' + e.sourceFile + ':' + e.lineNumber));")
+            page.add_init_script(
+                "window.__violations = []; document.addEventListener('securitypolicyviolation', "
+                "e => window.__violations.push(e.violatedDirective + ' ' + e.blockedURI + ' ' + e.sample + ' ' + e.sourceFile + ':' + e.lineNumber));"
+            )
             response = page.goto(f"{url}/submissions/{sid}")
             assert response is not None and "script-src 'self' 'nonce-" in response.headers["content-security-policy"]
             page.wait_for_selector('.plot[data-stage="probes"][data-drawn="true"] .plotly svg.main-svg', timeout=60_000)
-            assert page.locator('.plot[data-stage="probes"] .plotly .scatterlayer .trace').count() >= 2  # probe + budget
+            assert (
+                page.locator('.plot[data-stage="probes"] .plotly .scatterlayer .trace').count() >= 2
+            )  # probe + budget
             # a rule plotly.js adds to its global stylesheet: it reached the page through the nonce'd element
-            position = page.evaluate("getComputedStyle(document.querySelector('.js-plotly-plot .plotly .modebar')).position")
+            position = page.evaluate(
+                "getComputedStyle(document.querySelector('.js-plotly-plot .plotly .modebar')).position"
+            )
             assert position == "absolute"
             assert page.evaluate("window.__violations") == []
             for path in ("/", "/problems/embedding_backward", "/login"):  # the other pages, and the login form
@@ -100,8 +147,10 @@ def test_the_submission_page_draws_its_plot_with_no_policy_violation(dashboard: 
                 assert page.evaluate("window.__violations") == [], path
             assert not [m for m in console if "Content Security Policy" in m or "strict CSP" in m], console
             # and the policy is in force: an injected inline script does not run, and the browser says why
-            ran = page.evaluate("() => { const s = document.createElement('script'); s.textContent = 'window.__ran = 1';"
-                                " document.head.appendChild(s); return window.__ran === 1; }")
+            ran = page.evaluate(
+                "() => { const s = document.createElement('script'); s.textContent = 'window.__ran = 1';"
+                " document.head.appendChild(s); return window.__ran === 1; }"
+            )
             assert ran is False and any(v.startswith("script-src") for v in page.evaluate("window.__violations"))
         finally:
             browser.close()

@@ -25,8 +25,10 @@ pytestmark = [pytest.mark.services, pytest.mark.slow]
 def _leaky_solution(marker: str) -> dict[str, Any]:
     sol = example("pytorch_fp32")
     sol["name"] = "leaky_" + marker[:8]
-    prelude = (f"import sys\nprint('PRINTED-{marker}')\nprint('STDERR-{marker}', file=sys.stderr)\n"
-               f"raise RuntimeError('RAISED-{marker} in ' + __file__)\n")
+    prelude = (
+        f"import sys\nprint('PRINTED-{marker}')\nprint('STDERR-{marker}', file=sys.stderr)\n"
+        f"raise RuntimeError('RAISED-{marker} in ' + __file__)\n"
+    )
     sol["sources"][0]["content"] = prelude + sol["sources"][0]["content"]
     return sol
 
@@ -35,14 +37,28 @@ def _leaky_solution(marker: str) -> dict[str, Any]:
 def _dashboard(settings: Settings, key: str | None = None) -> Iterator[TestClient]:
     with TestClient(create_app(settings), base_url="http://dash.test") as c:
         if key is not None:
-            r = c.post("/key", data={"key": key, "next": "/"}, headers={"Origin": "http://dash.test"}, follow_redirects=False)
+            r = c.post(
+                "/key", data={"key": key, "next": "/"}, headers={"Origin": "http://dash.test"}, follow_redirects=False
+            )
             assert r.status_code == 303 and COOKIE in c.cookies
         yield c
 
 
 def _private_text(marker: str, text: str) -> list[str]:
-    return [s for s in (f"RAISED-{marker}", f"PRINTED-{marker}", f"STDERR-{marker}", "Traceback", "solution.py\", line",
-                        "/tmp/", "/home/", "/work/") if s in text]
+    return [
+        s
+        for s in (
+            f"RAISED-{marker}",
+            f"PRINTED-{marker}",
+            f"STDERR-{marker}",
+            "Traceback",
+            'solution.py", line',
+            "/tmp/",
+            "/home/",
+            "/work/",
+        )
+        if s in text
+    ]
 
 
 def test_private_details_reach_only_the_owner_and_admins(service_settings: Settings, tmp_path: Path) -> None:
@@ -55,14 +71,24 @@ def test_private_details_reach_only_the_owner_and_admins(service_settings: Setti
             sub = api.post("/v1/submissions", json=_leaky_solution(marker), headers=alice)
             assert sub.status_code == 202, sub.text
             sid = sub.json()["id"]
-            done = wait_for(lambda: (s := api.get(f"/v1/submissions/{sid}", headers=alice).json())["status"]
-                            not in ("queued", "running") and s, 240, "the audit did not finish", worker, every=0.5)
+            done = wait_for(
+                lambda: (s := api.get(f"/v1/submissions/{sid}", headers=alice).json())["status"]
+                not in ("queued", "running")
+                and s,
+                240,
+                "the audit did not finish",
+                worker,
+                every=0.5,
+            )
             # the engine stored the submission's own text: this is what must stay private
             assert done["status"] == "failed" and f"RAISED-{marker}" in done["stages"][0]["summary"], done
             assert f"RAISED-{marker}" in str(done["stages"][0]["evidence"]) and f"RAISED-{marker}" in done["summary"]
 
             # the API: the owner and an admin read it, another tenant gets 404 and no key gets 401
-            assert api.get(f"/v1/submissions/{sid}", headers={"Authorization": f"Bearer {keys['admin']}"}).status_code == 200
+            assert (
+                api.get(f"/v1/submissions/{sid}", headers={"Authorization": f"Bearer {keys['admin']}"}).status_code
+                == 200
+            )
             other = api.get(f"/v1/submissions/{sid}", headers={"Authorization": f"Bearer {keys['bob']}"})
             assert other.status_code == 404 and not _private_text(marker, other.text)
             anon = api.get(f"/v1/submissions/{sid}")

@@ -32,7 +32,7 @@ def _policy(response) -> dict[str, list[str]]:  # type: ignore[no-untyped-def]
 
 
 def _nonce(policy: dict[str, list[str]]) -> str:
-    nonces = [s[len("'nonce-"):-1] for s in policy["script-src"] if s.startswith("'nonce-")]
+    nonces = [s[len("'nonce-") : -1] for s in policy["script-src"] if s.startswith("'nonce-")]
     assert len(nonces) == 1, policy
     return nonces[0]
 
@@ -40,7 +40,11 @@ def _nonce(policy: dict[str, list[str]]) -> str:
 def _strict(policy: dict[str, list[str]]) -> None:
     for directive in ("script-src", "style-src"):
         assert "'unsafe-inline'" not in policy[directive] and "'unsafe-eval'" not in policy[directive], policy
-    assert policy["object-src"] == ["'none'"] and policy["frame-ancestors"] == ["'none'"] and policy["default-src"] == ["'self'"]
+    assert (
+        policy["object-src"] == ["'none'"]
+        and policy["frame-ancestors"] == ["'none'"]
+        and policy["default-src"] == ["'self'"]
+    )
 
 
 def _inline_blocks_obey(html: str, nonce: str) -> None:
@@ -62,7 +66,9 @@ def test_api_answers_carry_the_security_headers(client) -> None:  # type: ignore
     missing = c.get("/v1/submissions/" + "0" * 32, headers={"Authorization": f"Bearer {keys['alice']}"})
     assert missing.status_code == 404
     _strict(_policy(missing))  # errors too
-    assert c.get("/v1/problems").headers["content-security-policy"] != ok.headers["content-security-policy"]  # a fresh nonce
+    assert (
+        c.get("/v1/problems").headers["content-security-policy"] != ok.headers["content-security-policy"]
+    )  # a fresh nonce
 
 
 def test_dashboard_pages_keep_to_a_strict_policy(client) -> None:  # type: ignore[no-untyped-def]
@@ -80,7 +86,9 @@ def test_dashboard_pages_keep_to_a_strict_policy(client) -> None:  # type: ignor
     nonce = _nonce(_policy(page))
     # plotly.js finds this element by its id and adds its rules through the CSSOM instead of inserting a <style>
     assert f'<style id="plotly.js-style-global" nonce="{nonce}">' in page.text
-    assert '<script src="/static/plotly.min.js">' in page.text and '<script src="/static/dashboard.js" defer>' in page.text
+    assert (
+        '<script src="/static/plotly.min.js">' in page.text and '<script src="/static/dashboard.js" defer>' in page.text
+    )
 
 
 def test_api_docs_run_their_inline_script_by_nonce(client) -> None:  # type: ignore[no-untyped-def]

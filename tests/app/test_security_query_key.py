@@ -34,8 +34,19 @@ def uvicorn_info(locked_settings: Settings, tmp_path: Path) -> Iterator[tuple[st
     """uvicorn started as the Dockerfile starts it (its CLI, the app factory), with the access log on (info)."""
     keys = bootstrap(locked_settings)
     port = free_port()
-    argv = [sys.executable, "-m", "uvicorn", "--factory", "app.main:create_app", "--host", "127.0.0.1", "--port", str(port),
-            "--log-level", "info"]
+    argv = [
+        sys.executable,
+        "-m",
+        "uvicorn",
+        "--factory",
+        "app.main:create_app",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--log-level",
+        "info",
+    ]
     proc = Proc(argv, env_for(locked_settings), tmp_path / "uvicorn.log")
     url = f"http://127.0.0.1:{port}"
     try:
@@ -58,7 +69,12 @@ def test_a_key_in_the_query_string_does_not_authenticate_nor_reach_the_access_lo
         last = http.get("/v1/submissions", params={"key": secret})
         assert last.status_code == 401
     # the access log is written as each answer goes out: wait for the last request's line
-    wait_for(lambda: '"GET /v1/submissions HTTP/1.1" 401' in proc.tail(100_000), 20, "no access line for the last request", proc)
+    wait_for(
+        lambda: '"GET /v1/submissions HTTP/1.1" 401' in proc.tail(100_000),
+        20,
+        "no access line for the last request",
+        proc,
+    )
     log = proc.log.read_text()
     assert '"GET /problems/embedding_backward HTTP/1.1" 401' in log  # the path is kept: it is what the log is for
     assert secret not in log and secret[:10] not in log and "key=" not in log, log[-2000:]
@@ -68,11 +84,19 @@ def test_the_login_form_sets_a_strict_httponly_cookie_and_refuses_other_sites(lo
     keys = bootstrap(locked_settings)
     with TestClient(create_app(locked_settings), base_url="http://dash.test") as c:
         assert c.get("/login").status_code == 200
-        cross = c.post("/key", data={"key": keys["alice"], "next": "/"}, follow_redirects=False,
-                       headers={"Origin": "https://evil.example", "Sec-Fetch-Site": "cross-site"})
+        cross = c.post(
+            "/key",
+            data={"key": keys["alice"], "next": "/"},
+            follow_redirects=False,
+            headers={"Origin": "https://evil.example", "Sec-Fetch-Site": "cross-site"},
+        )
         assert cross.status_code == 403 and "set-cookie" not in cross.headers
-        r = c.post("/key", data={"key": keys["alice"], "next": "/"}, follow_redirects=False,
-                   headers={"Origin": "http://dash.test", "Sec-Fetch-Site": "same-origin"})
+        r = c.post(
+            "/key",
+            data={"key": keys["alice"], "next": "/"},
+            follow_redirects=False,
+            headers={"Origin": "http://dash.test", "Sec-Fetch-Site": "same-origin"},
+        )
         assert r.status_code == 303 and r.headers["location"] == "/"
         cookie = r.headers["set-cookie"].lower()
         assert cookie.startswith(f"{COOKIE}=") and "httponly" in cookie and "samesite=strict" in cookie

@@ -31,8 +31,19 @@ def _live(url: str) -> bool:
 @contextmanager
 def _api(settings: Settings, log: Path) -> Iterator[str]:
     port = free_port()
-    argv = [sys.executable, "-m", "uvicorn", "--factory", "app.main:create_app", "--host", "127.0.0.1", "--port", str(port),
-            "--log-level", "warning"]
+    argv = [
+        sys.executable,
+        "-m",
+        "uvicorn",
+        "--factory",
+        "app.main:create_app",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--log-level",
+        "warning",
+    ]
     proc = Proc(argv, env_for(settings), log)
     url = f"http://127.0.0.1:{port}"
     try:
@@ -56,11 +67,20 @@ def _unavailable(r: httpx.Response, *down: str) -> None:
     assert [e["field"] for e in body["errors"]] == list(down), body
 
 
-ROUTES = ["/", "/problems/embedding_backward", "/v1/problems", "/v1/leaderboard/embedding_backward", "/v1/submissions",
-          "/v1/submissions/" + "0" * 32, "/v1/api-keys"]
+ROUTES = [
+    "/",
+    "/problems/embedding_backward",
+    "/v1/problems",
+    "/v1/leaderboard/embedding_backward",
+    "/v1/submissions",
+    "/v1/submissions/" + "0" * 32,
+    "/v1/api-keys",
+]
 
 
-def test_a_dropped_database_is_503_json_everywhere_and_healthz_names_it(service_settings: Settings, tmp_path: Path) -> None:
+def test_a_dropped_database_is_503_json_everywhere_and_healthz_names_it(
+    service_settings: Settings, tmp_path: Path
+) -> None:
     keys = bootstrap(service_settings)
     with _api(service_settings, tmp_path / "api.log") as url:
         h = {"Authorization": f"Bearer {keys['alice']}"}
@@ -68,12 +88,16 @@ def test_a_dropped_database_is_503_json_everywhere_and_healthz_names_it(service_
         drop_pg_database(service_settings.database_url)  # WITH (FORCE): the API's pooled connections die with it
         for path in ROUTES:
             _unavailable(httpx.get(url + path, headers=h, timeout=20), "database")
-        _unavailable(httpx.post(url + "/v1/submissions", json=example("pytorch_fp32"), headers=h, timeout=20), "database")
+        _unavailable(
+            httpx.post(url + "/v1/submissions", json=example("pytorch_fp32"), headers=h, timeout=20), "database"
+        )
         _unavailable(httpx.get(url + "/healthz", timeout=20), "database")
         assert httpx.get(url + "/livez", timeout=5).json() == {"status": "ok"}
 
 
-def test_an_unreachable_database_port_and_broker_are_named_by_healthz(service_settings: Settings, tmp_path: Path) -> None:
+def test_an_unreachable_database_port_and_broker_are_named_by_healthz(
+    service_settings: Settings, tmp_path: Path
+) -> None:
     nowhere_db = PG_ADMIN_URL.rsplit("@", 1)[0] + f"@127.0.0.1:{NOTHING_LISTENS}/test"
     nowhere_broker = f"redis://127.0.0.1:{NOTHING_LISTENS}/0"
     both = service_settings.model_copy(update={"database_url": nowhere_db, "redis_url": nowhere_broker})

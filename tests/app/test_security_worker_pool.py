@@ -45,8 +45,15 @@ def test_the_alive_timeout_setting_reaches_the_worker_app() -> None:
     assert make_celery(Settings()).conf.worker_proc_alive_timeout == 120.0
     # the worker entry point (`celery -A app.jobs.worker`) reads it from the environment
     env = {**os.environ, "KAUDIT_WORKER_PROC_ALIVE_TIMEOUT_S": "77.5"}
-    out = subprocess.run([sys.executable, "-c", "from app.jobs.worker import app; print(app.conf.worker_proc_alive_timeout)"],
-                         env=env, cwd=ROOT, capture_output=True, text=True, timeout=120, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", "from app.jobs.worker import app; print(app.conf.worker_proc_alive_timeout)"],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
     assert out.stdout.strip().splitlines()[-1] == "77.5", out.stderr[-2000:]
 
 
@@ -57,7 +64,9 @@ def _finished(url: str, key: str, sid: str) -> bool:
 
 @pytest.mark.services
 @pytest.mark.slow
-def test_a_sigkilled_pool_process_is_replaced_and_the_next_audit_runs(service_settings: Settings, tmp_path: Path) -> None:
+def test_a_sigkilled_pool_process_is_replaced_and_the_next_audit_runs(
+    service_settings: Settings, tmp_path: Path
+) -> None:
     assert service_settings.worker_proc_alive_timeout_s > SLOW_START_S > CELERY_DEFAULT_S
     keys = bootstrap(service_settings)
     h = {"Authorization": f"Bearer {keys['alice']}"}
@@ -72,12 +81,21 @@ def test_a_sigkilled_pool_process_is_replaced_and_the_next_audit_runs(service_se
         wait_for(lambda: _finished(url, keys["alice"], first), 300, "the first audit did not finish", worker)
         [pool] = _pool_processes(worker.p.pid)
         os.kill(pool, signal.SIGKILL)
-        wait_for(lambda: (p := _pool_processes(worker.p.pid)) and p != [pool], 60, "the pool process was not replaced", worker)
+        wait_for(
+            lambda: (p := _pool_processes(worker.p.pid)) and p != [pool],
+            60,
+            "the pool process was not replaced",
+            worker,
+        )
         queued = httpx.post(f"{url}/v1/submissions", json=example("pytorch_fp32"), headers=h, timeout=10).json()["id"]
         # Celery checks the alive timeout on replacements only (not on the pool's first processes): with its 4 s
         # default it kills this one mid-start, and every one after it, and the audit never runs
-        wait_for(lambda: _finished(url, keys["alice"], queued) or KILLED_AT_START in worker.tail(1_000_000), 300,
-                 "the audit queued after the kill did not finish", worker)
+        wait_for(
+            lambda: _finished(url, keys["alice"], queued) or KILLED_AT_START in worker.tail(1_000_000),
+            300,
+            "the audit queued after the kill did not finish",
+            worker,
+        )
         assert KILLED_AT_START not in worker.tail(1_000_000), worker.tail()
         # it was run by the replacement (its verdict is the audit's business: a loaded host can make intake inconclusive)
         status = httpx.get(f"{url}/v1/submissions/{queued}", headers=h, timeout=5).json()

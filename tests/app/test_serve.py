@@ -20,7 +20,9 @@ KAUDIT = Path(sys.executable).parent / "kaudit"
 
 
 def _env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if not k.startswith("KAUDIT_") and k not in ("DATABASE_URL", "REDIS_URL")}
+    return {
+        k: v for k, v in os.environ.items() if not k.startswith("KAUDIT_") and k not in ("DATABASE_URL", "REDIS_URL")
+    }
 
 
 def test_taken_port_is_one_line_and_exit_2(tmp_path: Path) -> None:
@@ -37,7 +39,9 @@ def test_taken_port_is_one_line_and_exit_2(tmp_path: Path) -> None:
 
 
 def test_bad_stages_is_exit_2(tmp_path: Path) -> None:
-    r = CliRunner().invoke(app, ["serve", "--data-dir", str(tmp_path / "data"), "--port", str(free_port()), "--stages", "speed"])
+    r = CliRunner().invoke(
+        app, ["serve", "--data-dir", str(tmp_path / "data"), "--port", str(free_port()), "--stages", "speed"]
+    )
     assert r.exit_code == 2 and "unknown stage" in r.stderr and not (tmp_path / "data").exists()
 
 
@@ -46,8 +50,14 @@ def test_the_printed_url_is_already_listening(tmp_path: Path) -> None:
     port = free_port()
     out = tmp_path / "serve.out"
     with open(out, "wb") as fh:
-        p = subprocess.Popen([str(KAUDIT), "serve", "--data-dir", str(tmp_path / "data"), "--port", str(port), "--stages", "intake"],
-                             cwd=tmp_path, env=_env(), stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
+        p = subprocess.Popen(
+            [str(KAUDIT), "serve", "--data-dir", str(tmp_path / "data"), "--port", str(port), "--stages", "intake"],
+            cwd=tmp_path,
+            env=_env(),
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     try:
         wait_for(lambda: "running at" in out.read_text() or p.poll() is not None, 90, "no banner")
         assert p.poll() is None, out.read_text()

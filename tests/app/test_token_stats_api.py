@@ -35,7 +35,10 @@ def _npy(array: np.ndarray) -> bytes:
 
 
 def _body(data: bytes, **fields: Any) -> dict[str, Any]:
-    return {**example("pytorch_fp32"), "token_stats": {"format": "npy", "data_base64": base64.b64encode(data).decode(), **fields}}
+    return {
+        **example("pytorch_fp32"),
+        "token_stats": {"format": "npy", "data_base64": base64.b64encode(data).decode(), **fields},
+    }
 
 
 def _errors(r) -> list[dict[str, str]]:  # type: ignore[no-untyped-def]
@@ -57,8 +60,15 @@ def test_submit_with_token_stats_stores_them_and_the_view_shows_them(api) -> Non
     view = client.get(r.json()["status_url"], headers=auth(keys["alice"])).json()
     sha = hashlib.sha256(ids).hexdigest()
     assert view["token_stats"] == {
-        "kind": "sample", "requested_kind": "auto", "format": "npy", "key": None, "entries": 5000, "size_bytes": len(ids),
-        "sha256": sha, "source": f"token_stats sent with the submission (npy, sha256 {sha[:16]})"}
+        "kind": "sample",
+        "requested_kind": "auto",
+        "format": "npy",
+        "key": None,
+        "entries": 5000,
+        "size_bytes": len(ids),
+        "sha256": sha,
+        "source": f"token_stats sent with the submission (npy, sha256 {sha[:16]})",
+    }
     assert "data_base64" not in r.text + str(view)
     with client.app.state.services.sessions() as s:
         row = s.get(SubmissionTokenStats, r.json()["id"])
@@ -81,8 +91,12 @@ def test_token_stats_beside_a_definition_sent_in_the_same_request(sqlite_api) ->
 
     client, keys, _ = sqlite_api
     ids = _npy(np.arange(64, dtype=np.int64))
-    body = {"solution": _solution("def run(x, scale):\n    return (x * scale).sum(-1)\n", "k"), "definition": DEFINITION,
-            "workloads": WORKLOADS, "token_stats": {"format": "npy", "data_base64": base64.b64encode(ids).decode()}}
+    body = {
+        "solution": _solution("def run(x, scale):\n    return (x * scale).sum(-1)\n", "k"),
+        "definition": DEFINITION,
+        "workloads": WORKLOADS,
+        "token_stats": {"format": "npy", "data_base64": base64.b64encode(ids).decode()},
+    }
     r = client.post("/v1/submissions", json=body, headers=auth(keys["alice"]))
     assert r.status_code == 202, r.text
     view = client.get(r.json()["status_url"], headers=auth(keys["alice"])).json()
@@ -94,17 +108,29 @@ def test_multipart_upload_takes_a_token_stats_file(sqlite_api) -> None:  # type:
     client, keys, _ = sqlite_api
     src = example("pytorch_fp32")["sources"][0]["content"].encode()
     hist = _npy(np.arange(1, 101, dtype=np.int64))
-    r = client.post("/v1/submissions", files={"file": ("k.py", src), "token_stats": ("counts.npy", hist)},
-                    data={"definition": "embedding_backward", "token_stats_kind": "histogram"}, headers=auth(keys["alice"]))
+    r = client.post(
+        "/v1/submissions",
+        files={"file": ("k.py", src), "token_stats": ("counts.npy", hist)},
+        data={"definition": "embedding_backward", "token_stats_kind": "histogram"},
+        headers=auth(keys["alice"]),
+    )
     assert r.status_code == 202, r.text
     view = client.get(r.json()["status_url"], headers=auth(keys["alice"])).json()["token_stats"]
     assert view["kind"] == view["requested_kind"] == "histogram" and view["sha256"] == hashlib.sha256(hist).hexdigest()
-    bad = client.post("/v1/submissions", files={"file": ("k.py", src), "token_stats": ("ids.csv", b"1,2,3")},
-                      data={"definition": "embedding_backward"}, headers=auth(keys["alice"]))
+    bad = client.post(
+        "/v1/submissions",
+        files={"file": ("k.py", src), "token_stats": ("ids.csv", b"1,2,3")},
+        data={"definition": "embedding_backward"},
+        headers=auth(keys["alice"]),
+    )
     assert bad.status_code == 422 and _errors(bad)[0]["field"] == "token_stats"
     assert ".npy or .safetensors" in _errors(bad)[0]["reason"]
-    kind = client.post("/v1/submissions", files={"file": ("k.py", src), "token_stats": ("ids.npy", hist)},
-                       data={"definition": "embedding_backward", "token_stats_kind": "zipf"}, headers=auth(keys["alice"]))
+    kind = client.post(
+        "/v1/submissions",
+        files={"file": ("k.py", src), "token_stats": ("ids.npy", hist)},
+        data={"definition": "embedding_backward", "token_stats_kind": "zipf"},
+        headers=auth(keys["alice"]),
+    )
     assert kind.status_code == 422 and _errors(kind)[0]["field"] == "token_stats_kind"
 
 
@@ -119,22 +145,34 @@ def test_idempotency_key_covers_the_token_stats(sqlite_api) -> None:  # type: ig
     assert _count(client, SubmissionTokenStats) == 1
 
 
-@pytest.mark.parametrize(("mutate", "field", "needle"), [
-    (lambda ts: ts.update(data_base64="not base64!!"), "token_stats.data_base64", "not valid base64"),
-    (lambda ts: ts.update(data_base64="QUJ"), "token_stats.data_base64", "not valid base64"),
-    (lambda ts: ts.update(kind="zipf"), "token_stats.kind", "'auto', 'histogram' or 'sample'"),
-    (lambda ts: ts.update(format="csv"), "token_stats.format", "'npy' or 'safetensors'"),
-    (lambda ts: ts.update(extra=1), "token_stats.extra", "Extra inputs are not permitted"),
-    (lambda ts: ts.pop("format"), "token_stats.format", "Field required"),
-    (lambda ts: ts.update(key="ids"), "token_stats.key", "a .npy file holds one array"),
-    (lambda ts: ts.update(kind="sample", data_base64=base64.b64encode(_npy(np.array([0.5, 2.0]))).decode()),
-     "token_stats.kind", "must be an integer array"),
-    (lambda ts: ts.update(data_base64=base64.b64encode(_npy(np.ones((3, 3), dtype=np.int32))).decode()),
-     "token_stats.data_base64", "non-empty 1-D array"),
-    (lambda ts: ts.update(data_base64=base64.b64encode(_npy(np.array([3, -1]))).decode()),
-     "token_stats.data_base64", "must be >= 0"),
-    (lambda ts: ts.update(format="safetensors"), "token_stats.data_base64", "not a readable safetensors file"),
-])
+@pytest.mark.parametrize(
+    ("mutate", "field", "needle"),
+    [
+        (lambda ts: ts.update(data_base64="not base64!!"), "token_stats.data_base64", "not valid base64"),
+        (lambda ts: ts.update(data_base64="QUJ"), "token_stats.data_base64", "not valid base64"),
+        (lambda ts: ts.update(kind="zipf"), "token_stats.kind", "'auto', 'histogram' or 'sample'"),
+        (lambda ts: ts.update(format="csv"), "token_stats.format", "'npy' or 'safetensors'"),
+        (lambda ts: ts.update(extra=1), "token_stats.extra", "Extra inputs are not permitted"),
+        (lambda ts: ts.pop("format"), "token_stats.format", "Field required"),
+        (lambda ts: ts.update(key="ids"), "token_stats.key", "a .npy file holds one array"),
+        (
+            lambda ts: ts.update(kind="sample", data_base64=base64.b64encode(_npy(np.array([0.5, 2.0]))).decode()),
+            "token_stats.kind",
+            "must be an integer array",
+        ),
+        (
+            lambda ts: ts.update(data_base64=base64.b64encode(_npy(np.ones((3, 3), dtype=np.int32))).decode()),
+            "token_stats.data_base64",
+            "non-empty 1-D array",
+        ),
+        (
+            lambda ts: ts.update(data_base64=base64.b64encode(_npy(np.array([3, -1]))).decode()),
+            "token_stats.data_base64",
+            "must be >= 0",
+        ),
+        (lambda ts: ts.update(format="safetensors"), "token_stats.data_base64", "not a readable safetensors file"),
+    ],
+)
 def test_bad_token_stats_are_422_naming_the_field(sqlite_api, mutate, field: str, needle: str) -> None:  # type: ignore[no-untyped-def]
     client, keys, _ = sqlite_api
     body = _body(_npy(np.arange(50)))
@@ -148,7 +186,9 @@ def test_bad_token_stats_are_422_naming_the_field(sqlite_api, mutate, field: str
 
 def test_token_stats_not_an_object_is_422(sqlite_api) -> None:  # type: ignore[no-untyped-def]
     client, keys, _ = sqlite_api
-    r = client.post("/v1/submissions", json={**example("pytorch_fp32"), "token_stats": "ids.npy"}, headers=auth(keys["alice"]))
+    r = client.post(
+        "/v1/submissions", json={**example("pytorch_fp32"), "token_stats": "ids.npy"}, headers=auth(keys["alice"])
+    )
     assert r.status_code == 422 and _errors(r)[0]["field"] == "token_stats"
 
 
@@ -161,10 +201,17 @@ def test_oversize_token_stats_are_413_and_the_solution_keeps_its_own_limit(sqlit
         assert ok.status_code == 202, ok.text
         r = client.post("/v1/submissions", json=_body(_npy(np.arange(600, dtype=np.int64))), headers=h)  # 4928 bytes
         assert r.status_code == 413, r.text
-        assert _errors(r)[0]["field"] == "token_stats.data_base64" and "4928 bytes; at most 4096" in _errors(r)[0]["reason"]
+        assert (
+            _errors(r)[0]["field"] == "token_stats.data_base64"
+            and "4928 bytes; at most 4096" in _errors(r)[0]["reason"]
+        )
         src = example("pytorch_fp32")["sources"][0]["content"].encode()
-        r = client.post("/v1/submissions", files={"file": ("k.py", src), "token_stats": ("ids.npy", _npy(np.arange(600)))},
-                        data={"definition": "embedding_backward"}, headers=h)
+        r = client.post(
+            "/v1/submissions",
+            files={"file": ("k.py", src), "token_stats": ("ids.npy", _npy(np.arange(600)))},
+            data={"definition": "embedding_backward"},
+            headers=h,
+        )
         assert r.status_code == 413 and _errors(r)[0]["field"] == "token_stats"
         # far past the route's limit (solution limit + base64 of the statistics' limit): refused before it is read
         r = client.post("/v1/submissions", json=_body(b"\x00" * (settings.submission_body_limit_bytes)), headers=h)
@@ -185,7 +232,9 @@ def test_a_large_sample_passes_the_routes_own_body_limit(sqlite_api) -> None:  #
     r = client.post("/v1/submissions", json=_body(ids), headers=auth(keys["alice"]))
     assert r.status_code == 202, r.text[:300]
     assert client.get(r.json()["status_url"], headers=auth(keys["alice"])).json()["token_stats"]["entries"] == 400_000
-    r = client.post("/v1/api-keys", json={"submitter": "x" * (2 * settings.body_limit_bytes)}, headers=auth(keys["admin"]))
+    r = client.post(
+        "/v1/api-keys", json={"submitter": "x" * (2 * settings.body_limit_bytes)}, headers=auth(keys["admin"])
+    )
     assert r.status_code == 413
 
 

@@ -79,15 +79,44 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     tmp = tmp_path_factory.mktemp("webhooks")
     url = create_pg_database()
     settings = Settings(
-        database_url=url, redis_url=REDIS_URL, queue_prefix=f"t{uuid.uuid4().hex[:8]}_", audit_stages="intake",
-        lease_s=4, heartbeat_s=0.5, requeue_after_s=3, reaper_interval_s=0.5, broker_dir=tmp / "broker",
-        webhook_timeout_s=2.0, webhook_backoff_base_s=0.05, webhook_backoff_max_s=0.2, webhook_disable_after=3,
-        webhook_max_attempts=10, webhook_sweep_interval_s=0.1, webhook_allowlist="127.0.0.1/32",
+        database_url=url,
+        redis_url=REDIS_URL,
+        queue_prefix=f"t{uuid.uuid4().hex[:8]}_",
+        audit_stages="intake",
+        lease_s=4,
+        heartbeat_s=0.5,
+        requeue_after_s=3,
+        reaper_interval_s=0.5,
+        broker_dir=tmp / "broker",
+        webhook_timeout_s=2.0,
+        webhook_backoff_base_s=0.05,
+        webhook_backoff_max_s=0.2,
+        webhook_disable_after=3,
+        webhook_max_attempts=10,
+        webhook_sweep_interval_s=0.1,
+        webhook_allowlist="127.0.0.1/32",
     )
     keys = bootstrap(settings)
-    argv = [sys.executable, "-m", "celery", "-A", "app.jobs.worker", "worker", "-Q", f"{settings.audit_queue},{settings.webhook_queue}",
-            "--concurrency", "1", "--pool", "prefork", "-n", f"hooks-{uuid.uuid4().hex[:6]}@%h", "--loglevel", "INFO",
-            "--without-gossip", "--without-mingle"]
+    argv = [
+        sys.executable,
+        "-m",
+        "celery",
+        "-A",
+        "app.jobs.worker",
+        "worker",
+        "-Q",
+        f"{settings.audit_queue},{settings.webhook_queue}",
+        "--concurrency",
+        "1",
+        "--pool",
+        "prefork",
+        "-n",
+        f"hooks-{uuid.uuid4().hex[:6]}@%h",
+        "--loglevel",
+        "INFO",
+        "--without-gossip",
+        "--without-mingle",
+    ]
     worker = Proc(argv, env_for(settings), tmp / "worker.log")
     app = create_app(settings)
     try:
@@ -109,8 +138,9 @@ def _all_delivered(world: World, endpoint_id: str) -> bool:
 
 def test_signed_events_of_an_audit_and_one_audit_completed_when_the_task_runs_twice(world: World) -> None:
     with Receiver() as rx:
-        ep = world.register("alice", rx.url, ["submission.received", "audit.stage_completed", "audit.completed",
-                                              "submission.reaudited"])
+        ep = world.register(
+            "alice", rx.url, ["submission.received", "audit.stage_completed", "audit.completed", "submission.reaudited"]
+        )
         assert ep["secret"].startswith("whsec_")
         listed = world.client.get("/v1/webhooks", headers=world.h("alice")).json()
         assert [e["id"] for e in listed] == [ep["id"]] and "secret" not in listed[0]  # shown once
@@ -141,16 +171,22 @@ def test_signed_events_of_an_audit_and_one_audit_completed_when_the_task_runs_tw
             assert wh.verify(req.body, req.headers) == req.json  # every request signed, per Standard Webhooks
         ids = {req.headers["webhook-id"] for req in rx.requests if completed(req)}
         assert len(ids) == 1  # exactly one audit.completed for the audit
-        events = {r.headers["webhook-id"]: r.json["type"] for r in rx.requests if r.json["data"].get("audit_id") == audit_id}
+        events = {
+            r.headers["webhook-id"]: r.json["type"] for r in rx.requests if r.json["data"].get("audit_id") == audit_id
+        }
         types = sorted(events.values())
         assert types.count("submission.received") == 1 and types.count("audit.stage_completed") == 6
-        assert any(r.json["type"] == "submission.reaudited" and r.json["data"]["audit_id"] == second for r in rx.requests)
+        assert any(
+            r.json["type"] == "submission.reaudited" and r.json["data"]["audit_id"] == second for r in rx.requests
+        )
 
         log = world.log(ep["id"], "alice")
         assert len(log) == len(rx.requests)  # one logged attempt per request received
         assert {a["event_id"] for a in log} == {r.headers["webhook-id"] for r in rx.requests}
-        assert all(a["outcome"] == a["delivery_status"] == "delivered" and a["retry_at"] is None and a["latency_ms"] > 0
-                   for a in log)
+        assert all(
+            a["outcome"] == a["delivery_status"] == "delivered" and a["retry_at"] is None and a["latency_ms"] > 0
+            for a in log
+        )
         assert world.client.get(f"/v1/webhooks/{ep['id']}/deliveries", headers=world.h("bob")).status_code == 404
         assert world.client.delete(f"/v1/webhooks/{ep['id']}", headers=world.h("bob")).status_code == 404
         assert world.client.delete(f"/v1/webhooks/{ep['id']}", headers=world.h("alice")).status_code == 204
@@ -188,7 +224,9 @@ def test_a_500_is_logged_failed_and_retried_as_the_backoff_says_and_the_log_page
         url = f"/v1/webhooks/{ep['id']}/deliveries"
         pages, cursor = [], None
         while True:  # a page of one attempt at a time, by the cursor each page gives
-            r = world.client.get(url, params={"limit": 1, **({"cursor": cursor} if cursor else {})}, headers=world.h("bob"))
+            r = world.client.get(
+                url, params={"limit": 1, **({"cursor": cursor} if cursor else {})}, headers=world.h("bob")
+            )
             assert r.status_code == 200, r.text
             pages.append(r.json()["items"])
             cursor = r.json()["next_cursor"]
@@ -197,13 +235,22 @@ def test_a_500_is_logged_failed_and_retried_as_the_backoff_says_and_the_log_page
         assert [len(p) for p in pages] == [1, 1, 1]
         third, second, first = (p[0] for p in pages)  # newest first
         assert [(a["attempt"], a["status_code"], a["outcome"]) for a in (first, second, third)] == [
-            (1, 500, "failed"), (2, 503, "failed"), (3, 200, "delivered")]
+            (1, 500, "failed"),
+            (2, 503, "failed"),
+            (3, 200, "delivered"),
+        ]
         assert all(a["delivery_status"] == "delivered" for a in (first, second, third))  # the delivery, now
         # each failure logged when the backoff retries it, and the retry came no earlier
         for failed, retry in ((first, second), (second, third)):
             assert failed["retry_at"] is not None and failed["error"] == f"HTTP {failed['status_code']}"
-            when = {k: datetime.fromisoformat(v) for k, v in
-                    (("tried", failed["started_at"]), ("retry_at", failed["retry_at"]), ("retried", retry["started_at"]))}
+            when = {
+                k: datetime.fromisoformat(v)
+                for k, v in (
+                    ("tried", failed["started_at"]),
+                    ("retry_at", failed["retry_at"]),
+                    ("retried", retry["started_at"]),
+                )
+            }
             assert when["tried"] < when["retry_at"] <= when["retried"]
         assert third["retry_at"] is None and third["error"] is None
         assert world.log(ep["id"], "bob") == [third, second, first]  # one page holds them all
@@ -228,7 +275,9 @@ def test_an_endpoint_is_disabled_after_n_failures_and_its_owner_re_enables_it(wo
         assert len(rx.requests) == 3  # the third failure disabled it
         (pending,) = world.deliveries(ep["id"])
         assert pending.status == "pending"
-        assert pending.id not in dispatch_due(world.sessions, make_celery(world.settings), world.settings)  # not sent while disabled
+        assert pending.id not in dispatch_due(
+            world.sessions, make_celery(world.settings), world.settings
+        )  # not sent while disabled
 
         rx._default = 200  # the owner fixed the receiver
         other = world.client.patch(f"/v1/webhooks/{ep['id']}", json={"active": True}, headers=world.h("alice"))
@@ -243,9 +292,14 @@ def test_an_endpoint_is_disabled_after_n_failures_and_its_owner_re_enables_it(wo
 def test_registration_refuses_private_targets_without_the_allowlist(world: World) -> None:
     strict = world.settings.model_copy(update={"webhook_allowlist": ""})
     with TestClient(create_app(strict)) as client, Receiver() as rx:
-        for url, reason in ((rx.url, "loopback"), (f"http://localhost:{rx.port}/", "loopback"),
-                            ("http://169.254.169.254/latest/meta-data", "cloud metadata"), ("http://[fd00:ec2::254]/", "cloud metadata"),
-                            ("http://10.0.0.8/hook", "private"), ("http://nonexistent.invalid/hook", "does not resolve")):
+        for url, reason in (
+            (rx.url, "loopback"),
+            (f"http://localhost:{rx.port}/", "loopback"),
+            ("http://169.254.169.254/latest/meta-data", "cloud metadata"),
+            ("http://[fd00:ec2::254]/", "cloud metadata"),
+            ("http://10.0.0.8/hook", "private"),
+            ("http://nonexistent.invalid/hook", "does not resolve"),
+        ):
             r = client.post("/v1/webhooks", json={"url": url}, headers=world.h("alice"))
             assert r.status_code == 422, (url, r.text)
             (err,) = r.json()["errors"]
@@ -253,7 +307,11 @@ def test_registration_refuses_private_targets_without_the_allowlist(world: World
         for bad in ("ftp://example.com/x", "http://user:pw@example.com/", "not a url", "http://exa\x00mple.com/"):
             r = client.post("/v1/webhooks", json={"url": bad}, headers=world.h("alice"))
             assert r.status_code == 422 and r.json()["errors"][0]["field"] == "url", (bad, r.text)
-        r = client.post("/v1/webhooks", json={"url": "https://hooks.example/", "events": ["audit.exploded"]}, headers=world.h("alice"))
+        r = client.post(
+            "/v1/webhooks",
+            json={"url": "https://hooks.example/", "events": ["audit.exploded"]},
+            headers=world.h("alice"),
+        )
         assert r.status_code == 422 and r.json()["errors"][0]["field"].startswith("events")
         assert client.get("/v1/webhooks", headers=world.h("alice")).json() == []  # nothing was stored
         assert rx.requests == []

@@ -41,8 +41,16 @@ def _submit(settings: Settings, sessions, submitter: str, solution: dict) -> str
     with UnitOfWork(sessions, None) as uow:  # no broker: this test runs the audit itself
         p = _principal(uow.session, submitter)
         phash = load_catalogue().get("embedding_backward").content_hash
-        return submissions.submit(uow, settings, p, problem_name="embedding_backward", problem_hash=phash,
-                                  solution_name=solution["name"], data=solution, idempotency_key=None).audit_id
+        return submissions.submit(
+            uow,
+            settings,
+            p,
+            problem_name="embedding_backward",
+            problem_hash=phash,
+            solution_name=solution["name"],
+            data=solution,
+            idempotency_key=None,
+        ).audit_id
 
 
 def _rows(sessions, endpoint_id: str) -> Counter[str]:  # type: ignore[no-untyped-def]
@@ -53,8 +61,12 @@ def _rows(sessions, endpoint_id: str) -> Counter[str]:  # type: ignore[no-untype
 def test_an_audit_run_twice_writes_one_audit_completed_per_endpoint(db) -> None:  # type: ignore[no-untyped-def]
     settings, sessions = db
     with sessions.begin() as s:
-        mine = endpoints.create(s, _principal(s, "alice").key_id, "https://hooks.example/a", ["submission.received",
-                                "audit.stage_completed", "audit.completed"]).id
+        mine = endpoints.create(
+            s,
+            _principal(s, "alice").key_id,
+            "https://hooks.example/a",
+            ["submission.received", "audit.stage_completed", "audit.completed"],
+        ).id
         others = endpoints.create(s, _principal(s, "bob").key_id, "https://hooks.example/b", ["audit.completed"]).id
         admins = endpoints.create(s, _principal(s, "admin").key_id, "https://hooks.example/c", ["audit.completed"]).id
     broken = example("pytorch_fp32")
@@ -92,9 +104,16 @@ def test_a_rolled_back_change_leaves_no_event(db) -> None:  # type: ignore[no-un
     with pytest.raises(RuntimeError), UnitOfWork(sessions, None) as uow:
         p = _principal(uow.session, "alice")
         sol = example("pytorch_fp32")
-        submissions.submit(uow, settings, p, problem_name="embedding_backward",
-                           problem_hash=load_catalogue().get("embedding_backward").content_hash,
-                           solution_name=sol["name"], data=sol, idempotency_key=None)
+        submissions.submit(
+            uow,
+            settings,
+            p,
+            problem_name="embedding_backward",
+            problem_hash=load_catalogue().get("embedding_backward").content_hash,
+            solution_name=sol["name"],
+            data=sol,
+            idempotency_key=None,
+        )
         raise RuntimeError("the request failed after the submission was written")
     assert _rows(sessions, mine) == {}
 
@@ -102,31 +121,62 @@ def test_a_rolled_back_change_leaves_no_event(db) -> None:  # type: ignore[no-un
 def test_rank_changes_reach_the_owners_of_the_moved_submissions(db) -> None:  # type: ignore[no-untyped-def]
     settings, sessions = db
     with sessions.begin() as s:
-        alices = endpoints.create(s, _principal(s, "alice").key_id, "https://hooks.example/a", ["leaderboard.rank_changed"]).id
+        alices = endpoints.create(
+            s, _principal(s, "alice").key_id, "https://hooks.example/a", ["leaderboard.rank_changed"]
+        ).id
 
     def finished(submitter: str, kernel_ms: float) -> str:
         sol = example("pytorch_fp32")
         sol["name"] = f"{submitter}_{kernel_ms}"
-        sol["sources"][0]["content"] += f"\n# {sol['name']}\n"  # a kernel of its own: identical sources fold into one entry
+        sol["sources"][0]["content"] += (
+            f"\n# {sol['name']}\n"  # a kernel of its own: identical sources fold into one entry
+        )
         audit_id = _submit(settings, sessions, submitter, sol)
         with sessions.begin() as s:
             repository.claim(s, audit_id, "w", 60)
-            repository.store_stage(s, audit_id, "w", name="benchmark", position=2, status="passed", summary="",
-                                   metrics={"kernel_median_ms": kernel_ms, "reference_median_ms": 1.0}, evidence={},
-                                   duration_s=0, lease_s=60)
-            repository.store_stage(s, audit_id, "w", name="verdict", position=5, status="passed", summary="",
-                                   metrics={"passes_benchmark": True, "numerically_sound": True, "caught_by": []},
-                                   evidence={}, duration_s=0, lease_s=60)
+            repository.store_stage(
+                s,
+                audit_id,
+                "w",
+                name="benchmark",
+                position=2,
+                status="passed",
+                summary="",
+                metrics={"kernel_median_ms": kernel_ms, "reference_median_ms": 1.0},
+                evidence={},
+                duration_s=0,
+                lease_s=60,
+            )
+            repository.store_stage(
+                s,
+                audit_id,
+                "w",
+                name="verdict",
+                position=5,
+                status="passed",
+                summary="",
+                metrics={"passes_benchmark": True, "numerically_sound": True, "caught_by": []},
+                evidence={},
+                duration_s=0,
+                lease_s=60,
+            )
             repository.finish(s, audit_id, "w", "passed", "pass", "pass")
             events.audit_completed(s, audit_id)
         return audit_id
 
     finished("alice", 0.5)
     with sessions() as s:
-        first = [r.payload["data"] for r in s.scalars(select(WebhookDelivery).where(WebhookDelivery.endpoint_id == alices))]
-    assert {(d["board"], d["old_rank"], d["new_rank"]) for d in first} == {("leaderboard", None, 1), ("audited", None, 1)}
+        first = [
+            r.payload["data"] for r in s.scalars(select(WebhookDelivery).where(WebhookDelivery.endpoint_id == alices))
+        ]
+    assert {(d["board"], d["old_rank"], d["new_rank"]) for d in first} == {
+        ("leaderboard", None, 1),
+        ("audited", None, 1),
+    }
     finished("bob", 0.1)  # faster: alice moves down, and hears about it
     with sessions() as s:
-        moved = [r.payload["data"] for r in s.scalars(select(WebhookDelivery).where(WebhookDelivery.endpoint_id == alices))]
+        moved = [
+            r.payload["data"] for r in s.scalars(select(WebhookDelivery).where(WebhookDelivery.endpoint_id == alices))
+        ]
     assert ("leaderboard", 1, 2) in {(d["board"], d["old_rank"], d["new_rank"]) for d in moved}
     assert all(d["submitter"] == "alice" for d in moved)  # bob's own rank change goes to bob's endpoints, not alice's

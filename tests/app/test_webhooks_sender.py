@@ -44,13 +44,31 @@ def test_signature_verifies_with_the_standardwebhooks_package() -> None:
         Webhook(secret).verify(body, {**headers, "webhook-id": "evt_other"})  # a replay under another id
 
 
-@pytest.mark.parametrize("addr", ["127.0.0.1", "10.1.2.3", "172.16.5.4", "192.168.0.10", "169.254.169.254", "fd00:ec2::254",
-                                  "::1", "::ffff:127.0.0.1", "fe80::1", "224.0.0.1", "0.0.0.0", "100.64.0.1", "240.0.0.1",
-                                  "fc00::5"])
+@pytest.mark.parametrize(
+    "addr",
+    [
+        "127.0.0.1",
+        "10.1.2.3",
+        "172.16.5.4",
+        "192.168.0.10",
+        "169.254.169.254",
+        "fd00:ec2::254",
+        "::1",
+        "::ffff:127.0.0.1",
+        "fe80::1",
+        "224.0.0.1",
+        "0.0.0.0",
+        "100.64.0.1",
+        "240.0.0.1",
+        "fc00::5",
+    ],
+)
 def test_policy_refuses_non_public_addresses(addr: str) -> None:
     assert AddressPolicy().check("h", ipaddress.ip_address(addr)) is not None
     with pytest.raises(RefusedAddress, match="may not reach"):
-        AddressPolicy().resolve("hooks.example", 443, lambda _h, _p: ["93.184.216.34", addr])  # one bad answer is enough
+        AddressPolicy().resolve(
+            "hooks.example", 443, lambda _h, _p: ["93.184.216.34", addr]
+        )  # one bad answer is enough
 
 
 def test_policy_allows_public_addresses_and_what_the_operator_names() -> None:
@@ -87,9 +105,13 @@ def test_loopback_receiver_is_refused_without_the_allowlist() -> None:
 def test_a_host_resolving_to_a_private_address_is_refused_at_connect_time() -> None:
     """The attacker's DNS answers with a private address when the sender connects (a rebinding after registration)."""
     with Receiver() as rx:
-        result = _send(f"http://hooks.attacker.example:{rx.port}/hook", AddressPolicy(), resolver=lambda _h, _p: ["10.20.30.40"])
+        result = _send(
+            f"http://hooks.attacker.example:{rx.port}/hook", AddressPolicy(), resolver=lambda _h, _p: ["10.20.30.40"]
+        )
         assert not result.ok and result.error is not None and "10.20.30.40 (private)" in result.error
-        result = _send(f"http://hooks.attacker.example:{rx.port}/hook", AddressPolicy(), resolver=lambda _h, _p: ["127.0.0.1"])
+        result = _send(
+            f"http://hooks.attacker.example:{rx.port}/hook", AddressPolicy(), resolver=lambda _h, _p: ["127.0.0.1"]
+        )
         assert not result.ok and "loopback" in str(result.error)
         assert rx.requests == []
 
@@ -128,10 +150,20 @@ def test_the_documented_receiver_verifies_our_deliveries(capsys: pytest.CaptureF
     code = doc.split("```python\n", 1)[1].split("```", 1)[0]
     secret = new_secret()
     namespace: dict[str, object] = {}
-    exec(compile(code.replace('"whsec_..."', repr(secret)), "docs/webhooks.md", "exec"), namespace)  # noqa: S102 - our own doc
+    exec(compile(code.replace('"whsec_..."', repr(secret)), "docs/webhooks.md", "exec"), namespace)  # our own doc
     handle = namespace["handle"]
-    body = json.dumps({"type": "audit.completed", "timestamp": "2026-12-01T00:00:00+00:00",
-                       "data": {"submission_id": "s1", "verdict": "fail", "caught_by": "probes", "summary": "fail: caught by probes"}})
+    body = json.dumps(
+        {
+            "type": "audit.completed",
+            "timestamp": "2026-12-01T00:00:00+00:00",
+            "data": {
+                "submission_id": "s1",
+                "verdict": "fail",
+                "caught_by": "probes",
+                "summary": "fail: caught by probes",
+            },
+        }
+    )
     headers = sender.signed_headers(secret, "evt_1", body)
     assert handle(body.encode(), headers) == 204  # type: ignore[operator]
     assert "s1: caught by probes" in capsys.readouterr().out
@@ -141,9 +173,28 @@ def test_the_documented_receiver_verifies_our_deliveries(capsys: pytest.CaptureF
 def test_https_connects_to_the_checked_address_and_checks_the_certificate_against_the_host_name(tmp_path: Path) -> None:
     """TLS to the pinned IP: SNI and the certificate check use the URL's host name, so pinning weakens nothing."""
     cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=hooks.example",
-                    "-addext", "subjectAltName=DNS:hooks.example", "-keyout", str(key), "-out", str(cert)],
-                   check=True, capture_output=True)
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=hooks.example",
+            "-addext",
+            "subjectAltName=DNS:hooks.example",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+        ],
+        check=True,
+        capture_output=True,
+    )
     server = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     server.load_cert_chain(cert, key)
     trust = ssl.create_default_context(cafile=str(cert))

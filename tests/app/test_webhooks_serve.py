@@ -15,6 +15,7 @@ import httpx
 import pytest
 from svc_support import descendants, example, free_port, slow_import_solution, wait_for
 from webhook_receiver import Receiver
+import contextlib
 
 pytestmark = pytest.mark.slow
 
@@ -22,13 +23,32 @@ AUDIT_S = 300  # how long the first audit holds the audit worker: far past every
 
 
 def _serve(tmp_path: Path) -> tuple[subprocess.Popen[bytes], Path]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KAUDIT_") and k not in ("DATABASE_URL", "REDIS_URL")}
-    env.update(KAUDIT_WEBHOOK_ALLOWLIST="127.0.0.1/32", KAUDIT_CACHE_DIR=os.environ.get("KAUDIT_CACHE_DIR", str(tmp_path / "cache")))
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith("KAUDIT_") and k not in ("DATABASE_URL", "REDIS_URL")
+    }
+    env.update(
+        KAUDIT_WEBHOOK_ALLOWLIST="127.0.0.1/32",
+        KAUDIT_CACHE_DIR=os.environ.get("KAUDIT_CACHE_DIR", str(tmp_path / "cache")),
+    )
     out = tmp_path / "serve.out"
     with open(out, "wb") as fh:
-        p = subprocess.Popen([str(Path(sys.executable).parent / "kaudit"), "serve", "--data-dir", str(tmp_path / "data"),
-                              "--port", str(free_port()), "--stages", "intake"],
-                             cwd=tmp_path, env=env, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
+        p = subprocess.Popen(
+            [
+                str(Path(sys.executable).parent / "kaudit"),
+                "serve",
+                "--data-dir",
+                str(tmp_path / "data"),
+                "--port",
+                str(free_port()),
+                "--stages",
+                "intake",
+            ],
+            cwd=tmp_path,
+            env=env,
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     return p, out
 
 
@@ -42,7 +62,9 @@ def test_a_webhook_is_not_held_behind_a_running_audit(tmp_path: Path) -> None:
         url = re.search(r"running at (http://\S+)", text).group(1)  # type: ignore[union-attr]
         h = {"Authorization": f"Bearer {key}"}
         with Receiver() as rx:
-            ep = httpx.post(url + "/v1/webhooks", json={"url": rx.url, "events": ["submission.received"]}, headers=h, timeout=10)
+            ep = httpx.post(
+                url + "/v1/webhooks", json={"url": rx.url, "events": ["submission.received"]}, headers=h, timeout=10
+            )
             assert ep.status_code == 201, ep.text
             slow = httpx.post(url + "/v1/submissions", json=slow_import_solution(AUDIT_S), headers=h, timeout=10)
             assert slow.status_code == 202, slow.text
@@ -61,7 +83,5 @@ def test_a_webhook_is_not_held_behind_a_running_audit(tmp_path: Path) -> None:
         os.killpg(p.pid, signal.SIGTERM)
         p.wait(timeout=60)
         for pid in below:  # the long audit's sandbox, if the workers' shutdown left it
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass

@@ -22,6 +22,7 @@ def _finished(url: str, key: str, sid: str):  # type: ignore[no-untyped-def]
     def check():  # type: ignore[no-untyped-def]
         s = httpx.get(f"{url}/v1/submissions/{sid}", headers={"Authorization": f"Bearer {key}"}, timeout=5).json()
         return s if s["status"] not in ("queued", "running") else None
+
     return check
 
 
@@ -35,7 +36,9 @@ def test_submit_over_http_worker_audits_get_shows_verdict(service_settings: Sett
         assert good.status_code == 202, good.text
         no_run = example("pytorch_fp32")
         no_run["sources"][0]["content"] = no_run["sources"][0]["content"].replace("def run(", "def not_run(")
-        r = httpx.post(f"{url}/v1/submissions", json=no_run, headers=h, timeout=10)  # answered at POST, not after the queue
+        r = httpx.post(
+            f"{url}/v1/submissions", json=no_run, headers=h, timeout=10
+        )  # answered at POST, not after the queue
         assert r.status_code == 422 and r.json()["errors"][0]["field"] == "spec.entry_point", r.text
         broken = example("pytorch_fp32")
         broken["name"] = "no_import"
@@ -74,21 +77,27 @@ def test_live_stage_results_with_more_stages(service_settings: Settings, tmp_pat
     api, url = start_api(settings, tmp_path / "api.log")
     worker = start_worker(settings, tmp_path / "worker.log")
     try:
-        r = httpx.post(f"{url}/v1/submissions", json=example("pytorch_fp32"), headers={"X-API-Key": keys["bob"]}, timeout=10)
+        r = httpx.post(
+            f"{url}/v1/submissions", json=example("pytorch_fp32"), headers={"X-API-Key": keys["bob"]}, timeout=10
+        )
         s = wait_for(_finished(url, keys["bob"], r.json()["id"]), 300, "audit did not finish", worker)
         by = {st["name"]: st for st in s["stages"]}
         for name in ("intake", "static", "benchmark"):
             assert by[name]["status"] in ("passed", "failed", "error"), by[name]
         assert by["probes"]["status"] == by["canary"]["status"] == "skipped"
-        worst = "error" if any(by[n]["status"] == "error" for n in by if n != "verdict") else (
-            "failed" if any(by[n]["status"] == "failed" for n in by if n != "verdict") else "passed")
+        worst = (
+            "error"
+            if any(by[n]["status"] == "error" for n in by if n != "verdict")
+            else ("failed" if any(by[n]["status"] == "failed" for n in by if n != "verdict") else "passed")
+        )
         assert s["status"] == worst and STATUS_OF[s["verdict"]] == worst
         # a correct fp32-accumulating kernel passes the benchmark, and is then ranked by its measured time
         assert by["benchmark"]["status"] == "passed", by["benchmark"]["summary"]
         kernel_ms = by["benchmark"]["metrics"]["kernel_median_ms"]
         rows = httpx.get(f"{url}/v1/leaderboard/embedding_backward", timeout=5).json()["rows"]
         assert [(r["submitter"], r["submission_id"], r["kernel_ms"], r["passes_benchmark"]) for r in rows] == [
-            ("bob", s["id"], kernel_ms, True)]
+            ("bob", s["id"], kernel_ms, True)
+        ]
         assert rows[0]["numerically_sound"] is None  # probes were not run
         engine = make_engine(settings)
         with make_sessionmaker(engine)() as sess:
@@ -117,10 +126,13 @@ def test_traces_over_http_follow_the_latest_audit(service_settings: Settings, tm
         body = r.json()
         assert body["status"] == "passed" and body["traces"], body
         assert {t["evaluation"]["status"] for t in body["traces"]} == {"PASSED"}
-        assert all(t["definition"] == good.json().get("problem", t["definition"]) and t["workload"]["uuid"]
-                   for t in body["traces"])
-        other = httpx.get(f"{url}/v1/submissions/{sid}/traces", headers={"Authorization": f"Bearer {keys['bob']}"},
-                          timeout=10)
+        assert all(
+            t["definition"] == good.json().get("problem", t["definition"]) and t["workload"]["uuid"]
+            for t in body["traces"]
+        )
+        other = httpx.get(
+            f"{url}/v1/submissions/{sid}/traces", headers={"Authorization": f"Bearer {keys['bob']}"}, timeout=10
+        )
         assert other.status_code == 404
     finally:
         worker.kill()

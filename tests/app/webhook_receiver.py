@@ -27,7 +27,9 @@ class Received:
 class Receiver:
     """`script` answers requests in order (an int status, 'hang', or ('redirect', location)); then `default`."""
 
-    def __init__(self, script: list[object] | None = None, default: object = 200, tls: ssl.SSLContext | None = None) -> None:
+    def __init__(
+        self, script: list[object] | None = None, default: object = 200, tls: ssl.SSLContext | None = None
+    ) -> None:
         self.requests: list[Received] = []
         self._script, self._default = list(script or []), default
         self._cond = threading.Condition()
@@ -35,7 +37,7 @@ class Receiver:
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802
+            def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("content-length", "0")))
                 with receiver._cond:
                     answer = receiver._script.pop(0) if receiver._script else receiver._default
@@ -74,10 +76,13 @@ class Receiver:
 
     def received(self, n: int, timeout: float = 60.0, where: Any = None) -> list[Received]:
         """Block until at least n requests (matching `where`, if given) arrived; AssertionError after timeout."""
+
         def matching() -> list[Received]:
             return [r for r in self.requests if where is None or where(r)]
 
         with self._cond:
             if not self._cond.wait_for(lambda: len(matching()) >= n, timeout):
-                raise AssertionError(f"expected {n} webhook requests, got {len(matching())}: {[r.body[:200] for r in self.requests]}")
+                raise AssertionError(
+                    f"expected {n} webhook requests, got {len(matching())}: {[r.body[:200] for r in self.requests]}"
+                )
             return matching()

@@ -17,17 +17,29 @@ def _run(*args: str, out: Path, tmp: Path, timeout: float = 240) -> subprocess.C
     tmp.mkdir(exist_ok=True)
     return subprocess.run(
         [sys.executable, "benchmarks/audit_examples.py", "--device", "cpu", *args, "--out", str(out)],
-        cwd=ROOT, capture_output=True, text=True, timeout=timeout,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
         # sandboxes make their folders under TMPDIR: that tells this run's children from any other's
         env={**os.environ, "PYTHONPATH": str(ROOT), "TRITON_INTERPRET": "1", "TMPDIR": str(tmp)},
     )
 
 
-
 def test_parallel_audits_match_expectations_and_keep_input_order(tmp_path: Path) -> None:
     out = tmp_path / "r.json"
-    done = _run("--problems", "embedding_backward", "--solutions", "pytorch_bf16_accum,pytorch_fp32",
-                "--stages", "intake,static,benchmark", "--jobs", "2", out=out, tmp=tmp_path / "tmp")
+    done = _run(
+        "--problems",
+        "embedding_backward",
+        "--solutions",
+        "pytorch_bf16_accum,pytorch_fp32",
+        "--stages",
+        "intake,static,benchmark",
+        "--jobs",
+        "2",
+        out=out,
+        tmp=tmp_path / "tmp",
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     result = json.loads(out.read_text())
     assert result["meta"]["concurrent_audits"] == 2 and result["meta"]["n"] == result["meta"]["planned"] == 2
@@ -39,8 +51,18 @@ def test_parallel_audits_match_expectations_and_keep_input_order(tmp_path: Path)
 
 def test_time_budget_stops_running_audits_and_their_sandboxes(tmp_path: Path) -> None:
     out = tmp_path / "r.json"
-    done = _run("--problems", "embedding_backward", "--solutions", "pytorch_fp32,pytorch_bf16_accum",
-                "--jobs", "2", "--budget-s", "4", out=out, tmp=tmp_path / "tmp")
+    done = _run(
+        "--problems",
+        "embedding_backward",
+        "--solutions",
+        "pytorch_fp32,pytorch_bf16_accum",
+        "--jobs",
+        "2",
+        "--budget-s",
+        "4",
+        out=out,
+        tmp=tmp_path / "tmp",
+    )
     assert done.returncode == 1, "an unfinished run must not report success"
     assert "time budget of 4 s reached" in done.stdout
     meta = json.loads(out.read_text())["meta"]

@@ -22,8 +22,15 @@ def _job(i: int) -> dict[str, Any]:
 
 def test_the_budget_counts_from_when_every_worker_is_set_up() -> None:
     results: list[dict[str, Any]] = []
-    left = run_jobs(_job, [(i,) for i in range(4)], workers=2, budget_s=BUDGET_S, on_result=results.append,
-                    initializer=_slow_setup, initargs=(SETUP_S,))
+    left = run_jobs(
+        _job,
+        [(i,) for i in range(4)],
+        workers=2,
+        budget_s=BUDGET_S,
+        on_result=results.append,
+        initializer=_slow_setup,
+        initargs=(SETUP_S,),
+    )
     assert left == 0
     assert sorted(r["i"] for r in results) == [0, 1, 2, 3]
 

@@ -217,7 +217,7 @@ def test_a_kernel_that_raises_on_a_later_round_fails_with_where() -> None:
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_gpu_profile_times_with_cuda_events() -> None:
-    res, verdict = _bench(EMB.example_solution("pytorch_fp32"), device="cuda")
+    res, _verdict = _bench(EMB.example_solution("pytorch_fp32"), device="cuda")
     assert res.status is StageStatus.passed, res.summary
     assert res.metrics["timing"]["clock"] == "cuda_events"
     assert res.metrics["timing"]["workload"] == timing_workload(EMB, "gpu").uuid

@@ -29,28 +29,48 @@ PYBIND_ONLY = """
 int run(int a, int b) { return a * 10 + b; }
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("run", &run); }
 """
-needs_sandbox = pytest.mark.skipif(not namespaces_available() or shutil.which("g++") is None
-                                   or discover().ninja is None, reason="needs bubblewrap namespaces, g++ and ninja")
+needs_sandbox = pytest.mark.skipif(
+    not namespaces_available() or shutil.which("g++") is None or discover().ninja is None,
+    reason="needs bubblewrap namespaces, g++ and ninja",
+)
 
 
 def request(content: str = PYBIND_ONLY, **kw: object) -> BuildRequest:
-    return BuildRequest.model_validate({"sources": [{"path": "k.cpp", "content": content}], "languages": ["cuda_cpp"],
-                                        "entry_symbol": "run", **kw})
+    return BuildRequest.model_validate(
+        {"sources": [{"path": "k.cpp", "content": content}], "languages": ["cuda_cpp"], "entry_symbol": "run", **kw}
+    )
 
 
 def key_of(req: BuildRequest, versions: dict[str, str] | None = None, arch: str | None = None) -> str:
-    return build_key(req, list(req.cflags), list(req.cuda_cflags), list(req.ld_flags), arch,
-                     versions or {"cxx": "g++ 12.2.0", "torch": "2.13.0"})
+    return build_key(
+        req,
+        list(req.cflags),
+        list(req.cuda_cflags),
+        list(req.ld_flags),
+        arch,
+        versions or {"cxx": "g++ 12.2.0", "torch": "2.13.0"},
+    )
 
 
 def test_the_key_changes_with_everything_the_artifact_depends_on() -> None:
     base = key_of(request())
     assert key_of(request()) == base
-    assert len({base, key_of(request(PYBIND_ONLY + "// changed\n")), key_of(request(cflags=["-O1"])),
-                key_of(request(ld_flags=["-lcudart"])), key_of(request(entry_symbol="other")),
+    assert (
+        len(
+            {
+                base,
+                key_of(request(PYBIND_ONLY + "// changed\n")),
+                key_of(request(cflags=["-O1"])),
+                key_of(request(ld_flags=["-lcudart"])),
+                key_of(request(entry_symbol="other")),
                 key_of(request(), {"cxx": "g++ 13.1.0", "torch": "2.13.0"}),
                 key_of(request(), {"cxx": "g++ 12.2.0", "torch": "2.13.1"}),
-                key_of(request(), arch="sm_90a"), key_of(request(dependencies=["cublas"]))}) == 9
+                key_of(request(), arch="sm_90a"),
+                key_of(request(dependencies=["cublas"])),
+            }
+        )
+        == 9
+    )
 
 
 def test_an_entry_recorded_under_another_key_is_refused(tmp_path: Path) -> None:

@@ -44,9 +44,16 @@ def test_cuda_vecadd_extension_builds_with_nvcc_in_the_sandbox_and_runs_on_the_g
     tc = discover()
     assert tc.cuda_home is not None, "this worker has no nvcc"
     major, minor = torch.cuda.get_device_capability()
-    req = BuildRequest.model_validate({
-        "sources": [{"path": "vecadd.cu", "content": VECADD}], "languages": ["cuda_cpp"], "entry_symbol": "run",
-        "target_arch": f"sm_{major}{minor}", "cuda_cflags": ["-lineinfo"], "ld_flags": ["-lcudart"]})
+    req = BuildRequest.model_validate(
+        {
+            "sources": [{"path": "vecadd.cu", "content": VECADD}],
+            "languages": ["cuda_cpp"],
+            "entry_symbol": "run",
+            "target_arch": f"sm_{major}{minor}",
+            "cuda_cflags": ["-lineinfo"],
+            "ld_flags": ["-lcudart"],
+        }
+    )
     cache = BuildCache(tmp_path / "cache")
     result = build(req, cache=cache, budget=CompileBudget(wall_s=600))
     assert result.ok, (result.message, result.first_errors, result.compiler_log_tail)
@@ -54,7 +61,10 @@ def test_cuda_vecadd_extension_builds_with_nvcc_in_the_sandbox_and_runs_on_the_g
     print(f"\nCUDA vecadd (nvcc {tc.nvcc_version}, sm_{major}{minor}): compiled in {result.compile_seconds:.1f} s")
 
     assert result.artifact is not None and result.artifact_sha256 is not None
-    ran = in_fresh_process(result.artifact, result.artifact_sha256, """
+    ran = in_fresh_process(
+        result.artifact,
+        result.artifact_sha256,
+        """
 a = torch.randn(1_000_003, device="cuda")
 b = torch.randn_like(a)
 out = torch.full_like(a, float("nan"))
@@ -62,7 +72,8 @@ fn(a, b, out)
 torch.cuda.synchronize()
 torch.testing.assert_close(out, a + b, rtol=0, atol=0)
 print("exact", out.device.type, out.numel())
-""")
+""",
+    )
     assert ran == "exact cuda 1000003"
 
     again = build(req, cache=cache)

@@ -23,7 +23,8 @@ from worker.sandbox.isolation import namespaces_available
 
 pytestmark = pytest.mark.skipif(
     not namespaces_available() or shutil.which("g++") is None or discover().ninja is None,
-    reason="needs bubblewrap namespaces, g++ and ninja")
+    reason="needs bubblewrap namespaces, g++ and ninja",
+)
 
 ONE_JOB = CompileBudget(jobs=1)  # two cores shared with other work
 # spins the compiler's constexpr evaluator for hours; the flags lift g++'s own loop and operation limits
@@ -36,17 +37,25 @@ SPIN_FLAGS = ["-fconstexpr-loop-limit=2147483647", "-fconstexpr-ops-limit=461168
 
 def in_fresh_process(artifact: Path, sha256: str, body: str) -> str:
     """Run `body` with `fn`, the artifact's entry function, in a new interpreter; its last printed line."""
-    script = ("import sys, torch\nfrom pathlib import Path\nfrom worker.build import load_extension\n"
-              "fn = load_extension(Path(sys.argv[1]), sys.argv[2], 'run')\n" + body)
-    done = subprocess.run([sys.executable, "-c", script, str(artifact), sha256], capture_output=True, text=True,
-                          timeout=300, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    script = (
+        "import sys, torch\nfrom pathlib import Path\nfrom worker.build import load_extension\n"
+        "fn = load_extension(Path(sys.argv[1]), sys.argv[2], 'run')\n" + body
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(artifact), sha256],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return done.stdout.strip().splitlines()[-1]
 
 
 def request(content: str, path: str = "k.cpp", **kw: object) -> BuildRequest:
-    return BuildRequest.model_validate({"sources": [{"path": path, "content": content}], "languages": ["cuda_cpp"],
-                                        "entry_symbol": "run", **kw})
+    return BuildRequest.model_validate(
+        {"sources": [{"path": path, "content": content}], "languages": ["cuda_cpp"], "entry_symbol": "run", **kw}
+    )
 
 
 @pytest.fixture
@@ -69,11 +78,15 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("run", &run, "relu(x) * w + 1")
     print(f"\ncpp torch extension: compiled in {first.compile_seconds:.1f} s (step {first.seconds:.1f} s)")
 
     # loaded as the sandboxed child will: in a process of its own (one benchmark_kernel a process)
-    checked = in_fresh_process(first.artifact, first.artifact_sha256 or "", """
+    checked = in_fresh_process(
+        first.artifact,
+        first.artifact_sha256 or "",
+        """
 x, w = torch.randn(257), torch.randn(257)
 torch.testing.assert_close(fn(x, w), torch.relu(x) * w + 1)
 print("close", fn(torch.tensor([-1.0, 2.0]), torch.tensor([3.0, 4.0])).tolist())
-""")
+""",
+    )
     assert checked == "close [1.0, 9.0]"
 
     again = build(req, cache=cache, budget=ONE_JOB)
@@ -97,8 +110,9 @@ def _processes_with(marker: str) -> list[int]:
 def test_a_compile_that_never_ends_is_killed_at_the_wall_budget(cache: BuildCache) -> None:
     marker = f"KAUDIT_SPIN_{secrets.token_hex(4)}"
     t0 = time.monotonic()
-    result = build(request(SPIN, cflags=[*SPIN_FLAGS, f"-D{marker}"]), cache=cache,
-                   budget=CompileBudget(jobs=1, wall_s=3))
+    result = build(
+        request(SPIN, cflags=[*SPIN_FLAGS, f"-D{marker}"]), cache=cache, budget=CompileBudget(jobs=1, wall_s=3)
+    )
     elapsed = time.monotonic() - t0
     assert result.status == "compile_error" and result.budget_exceeded == "wall_time"
     assert result.message == "compile budget exceeded (wall time)"
@@ -118,8 +132,9 @@ def test_cpu_seconds_are_a_budget_of_each_compiler_process(cache: BuildCache) ->
 
 def test_output_size_is_a_budget_too(cache: BuildCache) -> None:
     """A 64 MiB object against a 16 MiB output budget: the assembler is stopped, not the disk filled."""
-    result = build(request("char big[1 << 26] = {1};\n"), cache=cache,
-                   budget=CompileBudget(jobs=1, output_bytes=16 * 2**20))
+    result = build(
+        request("char big[1 << 26] = {1};\n"), cache=cache, budget=CompileBudget(jobs=1, output_bytes=16 * 2**20)
+    )
     assert result.status == "compile_error" and result.budget_exceeded == "output_size"
     assert result.message == "compile budget exceeded (output size)"
 
@@ -132,8 +147,9 @@ def test_an_include_of_itself_ends_as_a_compile_error_in_the_compilers_words(cac
 
 
 def test_compile_errors_report_the_compilers_first_errors(cache: BuildCache) -> None:
-    result = build(request("int run() { return undeclared_thing + 1; }\nint other() { return 1 }\n"), cache=cache,
-                   budget=ONE_JOB)
+    result = build(
+        request("int run() { return undeclared_thing + 1; }\nint other() { return 1 }\n"), cache=cache, budget=ONE_JOB
+    )
     assert result.status == "compile_error"
     assert result.first_errors[0].startswith("k.cpp:1:") and "undeclared_thing" in result.first_errors[0]
     assert any("k.cpp:2:" in e for e in result.first_errors)
@@ -141,30 +157,50 @@ def test_compile_errors_report_the_compilers_first_errors(cache: BuildCache) -> 
 
 
 def test_hostile_flags_and_host_includes_stop_before_the_compiler_runs(cache: BuildCache) -> None:
-    req = BuildRequest.model_validate({
-        "sources": [{"path": "k.cpp", "content": '#include "/etc/passwd"\n'},
-                    {"path": "a.cpp", "content": "#include </proc/self/environ>\n"}],
-        "languages": ["cuda_cpp"], "entry_symbol": "run",
-        "cflags": ["-fplugin=/tmp/x.so"], "cuda_cflags": ["-Xcompiler", "-B/tmp"], "ld_flags": ["-Wl,-rpath,/tmp"]})
+    req = BuildRequest.model_validate(
+        {
+            "sources": [
+                {"path": "k.cpp", "content": '#include "/etc/passwd"\n'},
+                {"path": "a.cpp", "content": "#include </proc/self/environ>\n"},
+            ],
+            "languages": ["cuda_cpp"],
+            "entry_symbol": "run",
+            "cflags": ["-fplugin=/tmp/x.so"],
+            "cuda_cflags": ["-Xcompiler", "-B/tmp"],
+            "ld_flags": ["-Wl,-rpath,/tmp"],
+        }
+    )
     result = build(req, cache=cache, budget=ONE_JOB)
     assert result.status == "compile_error" and result.compile_seconds is None
     assert result.message.startswith("refused before compiling: '-fplugin=/tmp/x.so': loads a plugin")
     text = "\n".join(result.first_errors)
-    for named in ("-fplugin=/tmp/x.so", "-Xcompiler -B/tmp", "-Wl,-rpath,/tmp", 'k.cpp:1: #include "/etc/passwd"',
-                  "a.cpp:1: #include </proc/self/environ>"):
+    for named in (
+        "-fplugin=/tmp/x.so",
+        "-Xcompiler -B/tmp",
+        "-Wl,-rpath,/tmp",
+        'k.cpp:1: #include "/etc/passwd"',
+        "a.cpp:1: #include </proc/self/environ>",
+    ):
         assert named in text, (named, text)
 
 
 def test_a_cuda_build_without_nvcc_is_the_workers_fault(cache: BuildCache) -> None:
     tc = discover().model_copy(update={"cuda_home": None})
-    req = BuildRequest.model_validate({"sources": [{"path": "k.cu", "content": "__global__ void k() {}\n"}],
-                                       "languages": ["cuda_cpp"], "entry_symbol": "run", "target_arch": "sm_90"})
+    req = BuildRequest.model_validate(
+        {
+            "sources": [{"path": "k.cu", "content": "__global__ void k() {}\n"}],
+            "languages": ["cuda_cpp"],
+            "entry_symbol": "run",
+            "target_arch": "sm_90",
+        }
+    )
     result = build(req, cache=cache, toolchain=tc)
     assert result.status == "toolchain_missing" and not result.ok
     assert any("this worker has no nvcc: install the gpu extra" in m for m in result.first_errors), result.first_errors
 
 
 # --- below the static checks: what the sandbox itself guarantees ----------------------------------------------------
+
 
 @pytest.fixture
 def folder() -> Iterator[Path]:
@@ -175,7 +211,8 @@ def folder() -> Iterator[Path]:
 
 
 def test_the_compilers_environment_holds_no_worker_secret_and_no_host_file(
-        folder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    folder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """What every compiler process inherits, dumped by a build step of the sandbox's own shell."""
     monkeypatch.setenv("DATABASE_URL", "postgresql://kaudit:pw-9f2c@db/prod")
     monkeypatch.setenv("KAUDIT_WEBHOOK_SECRET", "whsec-7d1e")
@@ -187,7 +224,8 @@ def test_the_compilers_environment_holds_no_worker_secret_and_no_host_file(
         "builddir = /tmp/obj\nrule dump\n"
         f"  command = tr '\\000' '\\n' < /proc/self/environ > {out}/environ.txt && env > {out}/env.txt"
         f" && (cat {secret_file} > {out}/secret.txt 2>&1; ls / > {out}/root.txt; true)\n"
-        f"build {out}/env.txt: dump\n")
+        f"build {out}/env.txt: dump\n"
+    )
     tc = discover()
     assert tc.ninja is not None
     run = run_ninja(layout, tc.ninja, [Path("/usr/bin")], ONE_JOB, "namespaces")
@@ -198,7 +236,18 @@ def test_the_compilers_environment_holds_no_worker_secret_and_no_host_file(
         assert "pw-9f2c" not in seen and "whsec-7d1e" not in seen and "DATABASE_URL" not in seen
         assert "HOME=/tmp/work\n" in seen  # the dump worked: it shows the sandbox's own home
     assert set(dict(line.split("=", 1) for line in environ.splitlines())) <= {
-        "PATH", "HOME", "TMPDIR", "LC_ALL", "LANG", "USER", "LOGNAME", "PWD", "SHLVL", "_", "OLDPWD"}
+        "PATH",
+        "HOME",
+        "TMPDIR",
+        "LC_ALL",
+        "LANG",
+        "USER",
+        "LOGNAME",
+        "PWD",
+        "SHLVL",
+        "_",
+        "OLDPWD",
+    }
     assert "host-secret-5b8a" not in (folder / "out" / "secret.txt").read_text()
     assert "No such file" in (folder / "out" / "secret.txt").read_text()
     assert "home" not in (folder / "out" / "root.txt").read_text().split()

@@ -65,7 +65,7 @@ def test_perturb_leaves_infinities_and_nans_and_moves_up_and_down_equally(dtype:
     special = torch.tensor([math.inf, -math.inf, math.nan], dtype=dtype).repeat(1000)
     normal = torch.randn(30_000, dtype=torch.float64).to(dtype)
     u = perturb_ulp(torch.cat([special, normal]), torch.Generator().manual_seed(3))
-    s, v = u[: special.numel()], u[special.numel():]
+    s, v = u[: special.numel()], u[special.numel() :]
     assert torch.equal(s[0::3], special[0::3]) and torch.equal(s[1::3], special[1::3]) and bool(s[2::3].isnan().all())
     up, down = float((v.abs() > normal.abs()).double().mean()), float((v.abs() < normal.abs()).double().mean())
     assert 0.23 < up < 0.27 and 0.23 < down < 0.27
@@ -107,7 +107,9 @@ def test_gradient_fidelity_on_real_text_separates_bf16_accumulation(catalogue: C
     with Sandbox("cpu") as sbx:
         for name in ("pytorch_fp32", "pytorch_bf16_accum"):
             sbx.load(problem.example_solution(name))
-            out = sbx.request("call", {"args": args, "outputs": [{"shape": [p.vocab_size, p.d_model], "dtype": "bfloat16"}]})["outputs"][0]
+            out = sbx.request(
+                "call", {"args": args, "outputs": [{"shape": [p.vocab_size, p.d_model], "dtype": "bfloat16"}]}
+            )["outputs"][0]
             fid = J.fidelity(0, "grad_weight", out, exact, budget, counts)
             ratios[name] = {f.bucket: f.ratio for f in fid}
     assert max(ratios["pytorch_fp32"].values()) < 1.5
@@ -169,7 +171,12 @@ def test_canary_fails_bf16_accumulating_embedding_backward(catalogue: Catalogue)
 
 def test_canary_is_skipped_without_a_site(catalogue: Catalogue) -> None:
     problem = catalogue.get("embedding_backward")
-    bare = type(problem)(folder=problem.folder, definition=problem.definition, workloads_gpu=problem.workloads_gpu,
-                         workloads_cpu=problem.workloads_cpu, spec=problem.spec.model_copy(update={"canary": None}))
+    bare = type(problem)(
+        folder=problem.folder,
+        definition=problem.definition,
+        workloads_gpu=problem.workloads_gpu,
+        workloads_cpu=problem.workloads_cpu,
+        spec=problem.spec.model_copy(update={"canary": None}),
+    )
     ctx = AuditContext(problem=bare, solution=problem.example_solution("pytorch_fp32"))
     assert canary_stage.run(ctx).status is StageStatus.skipped

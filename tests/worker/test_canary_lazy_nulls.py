@@ -24,18 +24,27 @@ EAGER = profile_for("cpu", **SHORT, lazy_nulls=False)
 PROBLEM = load_catalogue().get("embedding_backward")
 
 # gradient ascent on the embedding: training is plainly worse, so the held-out gap exceeds the floor
-ASCENT = Solution.model_validate({
-    "name": "ascent", "definition": "embedding_backward",
-    "spec": {"language": "python", "entry_point": "k.py::run", "destination_passing_style": True},
-    "sources": [{"path": "k.py", "content": (
-        "import torch\n\n"
-        "def run(indices, grad_output, num_embeddings, padding_idx, grad_weight):\n"
-        "    acc = torch.zeros(grad_weight.shape, dtype=torch.float32, device=grad_output.device)\n"
-        "    acc.index_add_(0, indices, grad_output.float())\n"
-        "    if padding_idx >= 0:\n"
-        "        acc[padding_idx] = 0\n"
-        "    grad_weight.copy_(-4.0 * acc)\n")}],
-})
+ASCENT = Solution.model_validate(
+    {
+        "name": "ascent",
+        "definition": "embedding_backward",
+        "spec": {"language": "python", "entry_point": "k.py::run", "destination_passing_style": True},
+        "sources": [
+            {
+                "path": "k.py",
+                "content": (
+                    "import torch\n\n"
+                    "def run(indices, grad_output, num_embeddings, padding_idx, grad_weight):\n"
+                    "    acc = torch.zeros(grad_weight.shape, dtype=torch.float32, device=grad_output.device)\n"
+                    "    acc.index_add_(0, indices, grad_output.float())\n"
+                    "    if padding_idx >= 0:\n"
+                    "        acc[padding_idx] = 0\n"
+                    "    grad_weight.copy_(-4.0 * acc)\n"
+                ),
+            }
+        ],
+    }
+)
 
 
 @pytest.fixture(autouse=True)
@@ -90,7 +99,9 @@ def test_nulls_trained_after_a_cache_hit_are_stored_with_the_entry() -> None:
     first = _canary(PROBLEM.example_solution("pytorch_fp32"), pooled, seed=1)
     assert first.metrics["nulls_trained"] is False and "parent_read_from_cache" not in first.metrics["timings"]
     bad = _canary(ASCENT, pooled, seed=2)
-    assert bad.metrics["timings"].get("parent_read_from_cache") == 1.0 and "parent_nulls_train_s" in bad.metrics["timings"]
+    assert (
+        bad.metrics["timings"].get("parent_read_from_cache") == 1.0 and "parent_nulls_train_s" in bad.metrics["timings"]
+    )
     again = _canary(ASCENT, pooled, seed=3)
     assert again.metrics["timings"].get("parent_read_from_cache") == 1.0
     assert "parent_nulls_train_s" not in again.metrics["timings"]  # read back with the entry

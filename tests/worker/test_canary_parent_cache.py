@@ -81,8 +81,16 @@ def test_an_unreadable_entry_is_trained_again(cache: Path) -> None:
 def test_the_key_covers_the_definition_and_the_data() -> None:
     import torch
 
-    base = dict(definition="{}", binding="{}", profile="{}", device="cpu", seed=1, batches=torch.zeros(2, 3, dtype=torch.long),
-                heldout=torch.zeros(1, 3, dtype=torch.long), init={"w": torch.zeros(2)})
+    base = dict(
+        definition="{}",
+        binding="{}",
+        profile="{}",
+        device="cpu",
+        seed=1,
+        batches=torch.zeros(2, 3, dtype=torch.long),
+        heldout=torch.zeros(1, 3, dtype=torch.long),
+        init={"w": torch.zeros(2)},
+    )
     k = parent_cache.key(**base)  # type: ignore[arg-type]
     assert parent_cache.key(**{**base, "definition": '{"name": "x"}'}) != k  # type: ignore[arg-type]
     assert parent_cache.key(**{**base, "batches": torch.ones(2, 3, dtype=torch.long)}) != k  # type: ignore[arg-type]

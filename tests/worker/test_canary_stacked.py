@@ -54,7 +54,10 @@ def _max_weight_diff(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> 
 @pytest.mark.parametrize("opt", ["sgd", "adamw"])
 def test_stacked_reference_and_null_runs_match_sequential_runs(catalogue: Catalogue, opt: str) -> None:
     b, ref, batches, init = _setup(catalogue, "embedding_backward")
-    sequential = [train(P, b, ref, init, batches, opt, "cpu"), train(P, b, perturbed_kernel(ref, 11, "cpu"), init, batches, opt, "cpu")]
+    sequential = [
+        train(P, b, ref, init, batches, opt, "cpu"),
+        train(P, b, perturbed_kernel(ref, 11, "cpu"), init, batches, opt, "cpu"),
+    ]
     stacked = train_stacked(P, b, [ref, perturbed_kernel(ref, 11, "cpu")], init, batches, opt, "cpu")
     for alone, together in zip(sequential, stacked):
         assert len(together.losses) == STEPS
@@ -113,11 +116,21 @@ def test_members_of_both_optimisers_in_one_pass_train_as_they_would_alone(catalo
     the run they would have had alone, and the two optimisers' members stay apart."""
     b, ref, batches, init = _setup(catalogue, "embedding_backward")
     # a perturbed kernel draws its ulp moves from its own generator: one instance per run
-    mixed = train_stacked(P, b, [ref, perturbed_kernel(ref, 11, "cpu"), ref, perturbed_kernel(ref, 11, "cpu")], init,
-                          batches, ["sgd", "sgd", "adamw", "adamw"], "cpu")
+    mixed = train_stacked(
+        P,
+        b,
+        [ref, perturbed_kernel(ref, 11, "cpu"), ref, perturbed_kernel(ref, 11, "cpu")],
+        init,
+        batches,
+        ["sgd", "sgd", "adamw", "adamw"],
+        "cpu",
+    )
     for j, opt in enumerate(("sgd", "adamw")):
-        alone = [train(P, b, ref, init, batches, opt, "cpu"), train(P, b, perturbed_kernel(ref, 11, "cpu"), init, batches, opt, "cpu")]
-        for single, together in zip(alone, mixed[2 * j:2 * j + 2]):
+        alone = [
+            train(P, b, ref, init, batches, opt, "cpu"),
+            train(P, b, perturbed_kernel(ref, 11, "cpu"), init, batches, opt, "cpu"),
+        ]
+        for single, together in zip(alone, mixed[2 * j : 2 * j + 2]):
             # a four-member batched matmul may round differently from a single one in the last place
             assert together.losses == pytest.approx(single.losses, rel=1e-5, abs=1e-5)
             for s in together.checkpoints:

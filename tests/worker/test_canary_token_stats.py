@@ -111,16 +111,26 @@ def test_the_stage_trains_on_the_users_ids_and_says_so() -> None:
     problem = load_catalogue().get("embedding_backward")
     rng = np.random.default_rng(0)
     stats = _stats(rng.integers(0, 50, size=5_000, dtype=np.int64))
-    tiny = CPU.model_copy(update={"steps": 4, "checkpoints": (2, 4), "fidelity_steps": (0,), "fidelity_calls_per_step": 1,
-                                  "heldout_sequences": 8})
-    ctx = AuditContext(problem=problem.with_token_stats(stats), solution=problem.example_solution("pytorch_fp32"),
-                       device="cpu", seed=5)
+    tiny = CPU.model_copy(
+        update={
+            "steps": 4,
+            "checkpoints": (2, 4),
+            "fidelity_steps": (0,),
+            "fidelity_calls_per_step": 1,
+            "heldout_sequences": 8,
+        }
+    )
+    ctx = AuditContext(
+        problem=problem.with_token_stats(stats), solution=problem.example_solution("pytorch_fp32"), device="cpu", seed=5
+    )
     try:
         result = canary_stage.run(ctx, tiny)
     finally:
         ctx.close()
     assert result.status is StageStatus.passed, result.summary
     ev = result.evidence["text"]
-    assert ev["user_statistics"] is True and ev["source"] == "test stats" and ev["kind"] == "sample" and ev["ids"] == 5_000
+    assert (
+        ev["user_statistics"] is True and ev["source"] == "test stats" and ev["kind"] == "sample" and ev["ids"] == 5_000
+    )
     empty = [f for f in result.evidence["fidelity_all"] if f["bucket"] == "0"]
     assert empty and empty[0]["rows"] >= tiny.vocab_size - 50

@@ -47,10 +47,18 @@ def test_pack_and_unpack_give_back_every_run_and_step() -> None:
                 assert torch.equal(back[r][s][k], runs[r][s][k])
 
 
-@pytest.mark.parametrize("bad", [
-    torch.zeros(2, 2, 9), torch.zeros(2, 2, 10, dtype=torch.float64), torch.zeros(1, 2, 10), torch.zeros(20),
-    torch.nn.Parameter(torch.zeros(2, 2, 10)), [0.0] * 40, None,
-])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        torch.zeros(2, 2, 9),
+        torch.zeros(2, 2, 10, dtype=torch.float64),
+        torch.zeros(1, 2, 10),
+        torch.zeros(20),
+        torch.nn.Parameter(torch.zeros(2, 2, 10)),
+        [0.0] * 40,
+        None,
+    ],
+)
 def test_unpack_refuses_anything_but_the_exact_tensor(bad: object) -> None:
     with pytest.raises(ValueError):
         checkpoint_wire.unpack(bad, 2, [1, 2], _init())
@@ -58,11 +66,14 @@ def test_unpack_refuses_anything_but_the_exact_tensor(bad: object) -> None:
 
 def _forgery(mode: str) -> Solution:
     source = (EXPLOITS / "forge_canary_weights.py").read_text().replace("__MODE__", mode)
-    return Solution.model_validate({
-        "name": f"forge_canary_{mode}", "definition": "embedding_backward",
-        "spec": {"language": "python", "entry_point": "k.py::run", "destination_passing_style": True},
-        "sources": [{"path": "k.py", "content": source}],
-    })
+    return Solution.model_validate(
+        {
+            "name": f"forge_canary_{mode}",
+            "definition": "embedding_backward",
+            "spec": {"language": "python", "entry_point": "k.py::run", "destination_passing_style": True},
+            "sources": [{"path": "k.py", "content": source}],
+        }
+    )
 
 
 def _canary(solution: Solution) -> tuple[StageStatus, str]:

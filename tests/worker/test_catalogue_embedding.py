@@ -23,8 +23,16 @@ from worker.reference import Reference
 PROBLEMS = ("embedding_backward", "embedding_rmsnorm_backward")
 # the generator kinds worker.probes.distributions implements (see the probes engineer's spec)
 GENERATOR_KINDS = {
-    "uniform_ids", "zipf_ids", "real_text_ids", "hot_id", "padding_heavy",
-    "normal", "positive", "shared_direction", "scalar", "from_axis",
+    "uniform_ids",
+    "zipf_ids",
+    "real_text_ids",
+    "hot_id",
+    "padding_heavy",
+    "normal",
+    "positive",
+    "shared_direction",
+    "scalar",
+    "from_axis",
 }
 BF16_ROUNDING = 1e-2  # normwise relative error a bf16 output of a correct kernel stays well below
 
@@ -98,7 +106,7 @@ def test_every_workload_builds(catalogue: Catalogue, name: str) -> None:
         axes = case.axes
         idx = case.inputs["indices"]
         assert idx.dtype == torch.int64 and idx.shape == (axes["num_tokens"],)
-        assert 0 <= int(idx.min()) and int(idx.max()) < axes["vocab_size"]
+        assert int(idx.min()) >= 0 and int(idx.max()) < axes["vocab_size"]
         go = case.inputs["grad_output"]
         assert go.dtype == torch.bfloat16 and go.shape == (axes["num_tokens"], axes["hidden_size"])
         assert case.output_shapes["grad_weight"] == (axes["vocab_size"], axes["hidden_size"])
@@ -128,7 +136,7 @@ def test_fused_audit_spec_is_complete(catalogue: Catalogue) -> None:
         assert set(probe.axes_for("gpu")) == set(defn.var_axes)
         assert set(probe.inputs) <= set(defn.inputs)
         assert must_list <= set(probe.inputs), f"{probe.name}: int and scalar inputs must be listed"
-        assert list(probe.inputs)[0] == "indices", f"{probe.name}: ids first, later generators read them"
+        assert next(iter(probe.inputs)) == "indices", f"{probe.name}: ids first, later generators read them"
         assert set(probe.noncontiguous) <= set(defn.inputs)
         kinds |= {g.kind for g in probe.inputs.values()}
         # a CPU audit of one example stays small: the table and the batch fit in a few MB
@@ -162,7 +170,6 @@ def test_solution_files_name_their_problem(catalogue: Catalogue) -> None:
 
 # ---------------------------------------------------------------------------------------------
 # reference vs oracle
-
 
 
 # ---------------------------------------------------------------------------------------------
@@ -246,9 +253,7 @@ def test_embedding_backward_triton_fp32_hot_row_is_ideal(catalogue: Catalogue, p
 
 def gpu_triton_solutions() -> list[tuple[str, str]]:
     cat = load_catalogue()
-    return [
-        (p, n) for p in PROBLEMS for n, s in cat.get(p).example_solutions().items() if "triton" in s.spec.languages
-    ]
+    return [(p, n) for p in PROBLEMS for n, s in cat.get(p).example_solutions().items() if "triton" in s.spec.languages]
 
 
 @pytest.fixture(scope="module")
@@ -277,8 +282,9 @@ def test_gpu_triton_solution(catalogue: Catalogue, gpu_pool: SandboxPool, proble
             assert not torch.isnan(out).any(), f"{solution}: {oname} not fully written"
             assert rel_err(out, ex) < BF16_ROUNDING, (solution, oname, noncontig)
     axes = case.axes
-    hot = hot_id_inputs(p, num_tokens=axes["num_tokens"], hot=2000, vocab=axes["vocab_size"],
-                        hidden=axes["hidden_size"], seed=22)
+    hot = hot_id_inputs(
+        p, num_tokens=axes["num_tokens"], hot=2000, vocab=axes["vocab_size"], hidden=axes["hidden_size"], seed=22
+    )
     errs = hot_row_errors(p, gpu_pool, hot, [solution])
     if "bf16" in solution:
         assert errs[solution] > 5 * errs["ideal"], errs

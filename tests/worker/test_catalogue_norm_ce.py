@@ -25,8 +25,16 @@ from worker.reference import Reference
 
 PROBLEMS = ("rmsnorm_forward", "rmsnorm_backward", "cross_entropy")
 GENERATOR_KINDS = {
-    "uniform_ids", "zipf_ids", "real_text_ids", "hot_id", "padding_heavy",
-    "normal", "positive", "shared_direction", "scalar", "from_axis",
+    "uniform_ids",
+    "zipf_ids",
+    "real_text_ids",
+    "hot_id",
+    "padding_heavy",
+    "normal",
+    "positive",
+    "shared_direction",
+    "scalar",
+    "from_axis",
 }
 CORRECT_RATIO = 1.5  # a correct kernel's normwise error, as a multiple of one rounding of the exact result
 FLOOR_FRACTION = 0.25  # as worker.numerics.error_metrics: where the ideal output is (nearly) exact
@@ -106,8 +114,12 @@ def test_definitions_have_the_agreed_interface(catalogue: Catalogue) -> None:
         [("output", nh, "bfloat16")],
     )
     assert sig("rmsnorm_backward") == (
-        [("input", nh, "bfloat16"), ("weight", ["hidden_size"], "bfloat16"), ("grad_output", nh, "bfloat16"),
-         ("eps", None, "float32")],
+        [
+            ("input", nh, "bfloat16"),
+            ("weight", ["hidden_size"], "bfloat16"),
+            ("grad_output", nh, "bfloat16"),
+            ("eps", None, "float32"),
+        ],
         [("grad_input", nh, "bfloat16"), ("grad_weight", ["hidden_size"], "bfloat16")],
     )
     nv = ["num_tokens", "vocab_size"]
@@ -141,7 +153,7 @@ def test_every_workload_builds(catalogue: Catalogue, name: str) -> None:
             assert scalars == {"ignore_index": -100}
             t = ref.custom_inputs({**axes, **scalars}, torch.device("cpu"), 1)["targets"]
             assert t.dtype == torch.int64 and t.shape == (axes["num_tokens"],)
-            assert 0 <= int(t.min()) and int(t.max()) < axes["vocab_size"]
+            assert int(t.min()) >= 0 and int(t.max()) < axes["vocab_size"]
 
 
 def check_built_case(p: Problem, case: Case) -> None:
@@ -154,7 +166,7 @@ def check_built_case(p: Problem, case: Case) -> None:
             assert v.dtype == to_torch(spec.dtype) and tuple(v.shape) == defn.shape_of(spec, axes), n
     if p.name == "cross_entropy":
         t = case.inputs["targets"]
-        assert 0 <= int(t.min()) and int(t.max()) < axes["vocab_size"]
+        assert int(t.min()) >= 0 and int(t.max()) < axes["vocab_size"]
         assert case.inputs["ignore_index"] == -100
     else:
         assert isinstance(case.inputs["eps"], float) and 0 < case.inputs["eps"] < 1e-3
@@ -196,8 +208,10 @@ def test_audit_specs(catalogue: Catalogue) -> None:
         assert any(pr.adversarial for pr in spec.probes) and any(pr.noncontiguous for pr in spec.probes)
         assert any(pr.axes["num_tokens"] == 1023 for pr in spec.probes), "an odd token count"
     norm_stds = {
-        g.params.get("std") for pr in catalogue.get("rmsnorm_backward").spec.probes
-        for n, g in pr.inputs.items() if n == "input"
+        g.params.get("std")
+        for pr in catalogue.get("rmsnorm_backward").spec.probes
+        for n, g in pr.inputs.items()
+        if n == "input"
     }
     assert {1e-4, 1e3} <= norm_stds
     bwd = catalogue.get("rmsnorm_backward").spec.probes
@@ -232,7 +246,6 @@ def test_probe_inputs_generate(catalogue: Catalogue) -> None:
                 assert bool((case.inputs["input"] >= 0).all()) and bool((case.inputs["grad_output"] >= 0).all())
 
 
-
 # ---------------------------------------------------------------------------------------------
 # example solutions in the sandbox (CPU; Triton under the interpreter)
 
@@ -258,7 +271,9 @@ def test_example_solution_on_cpu_workloads(catalogue: Catalogue, pool: SandboxPo
 @pytest.mark.parametrize("name", PROBLEMS)
 def test_triton_solution_reads_strided_inputs(catalogue: Catalogue, pool: SandboxPool, name: str) -> None:
     p = catalogue.get(name)
-    strided = [i for i, s in enumerate(p.definition.inputs.values()) if not s.is_scalar and to_torch(s.dtype).is_floating_point]
+    strided = [
+        i for i, s in enumerate(p.definition.inputs.values()) if not s.is_scalar and to_torch(s.dtype).is_floating_point
+    ]
     case = build_case(p.definition, Reference.of(p.definition), p.workloads_cpu[0], seed=5)
     outs = call(pool.get(p, "triton"), p, case, noncontiguous=strided)
     r = ratios(p, outs, oracle(p, case))
@@ -294,7 +309,10 @@ def test_bf16_partials_are_clearly_worse_on_long_reductions(catalogue: Catalogue
     cases = {
         "normal": make_case(p, axes, 21, eps=1e-6),
         "same_sign": make_case(
-            p, axes, 22, eps=1e-6,
+            p,
+            axes,
+            22,
+            eps=1e-6,
             input=torch.randn(8192, 256, generator=gen).abs().to(torch.bfloat16),
             grad_output=(torch.randn(8192, 256, generator=gen).abs() * 1e-3).to(torch.bfloat16),
         ),
@@ -337,8 +355,9 @@ def padded_ce_case(p: Problem, ignore_index: int, fraction: float, std: float, s
     targets = torch.randint(0, v, (n,), generator=gen)
     targets[torch.randperm(n, generator=gen)[: int(fraction * n)]] = ignore_index
     logits = (torch.randn(n, v, generator=gen) * std).to(torch.bfloat16)
-    return make_case(p, {"num_tokens": n, "vocab_size": v}, seed, logits=logits, targets=targets,
-                     ignore_index=ignore_index)
+    return make_case(
+        p, {"num_tokens": n, "vocab_size": v}, seed, logits=logits, targets=targets, ignore_index=ignore_index
+    )
 
 
 @pytest.mark.parametrize("solution", ["pytorch", "triton"])

@@ -67,7 +67,16 @@ CASES = [
     # cached output keyed by a few sampled values (issue 9, "11.5x faster"): static; fresh inputs miss the cache
     Case("value_cache", F, None, ("static",), "[value-keyed-cache]", ("value-keyed-cache",), stages=STATIC_ONLY),
     # the last output replayed from the entry function's attributes: kernelguard's LAST_CALL_REPLAY only
-    Case("last_call_replay", F, None, ("static",), "[kernelguard] kernelguard LAST_CALL_REPLAY", ("kernelguard",), dps=False, stages=STATIC_ONLY),
+    Case(
+        "last_call_replay",
+        F,
+        None,
+        ("static",),
+        "[kernelguard] kernelguard LAST_CALL_REPLAY",
+        ("kernelguard",),
+        dps=False,
+        stages=STATIC_ONLY,
+    ),
     # first call only: a poisoned buffer every round
     Case("first_call_only", P, F, ("benchmark",), "round 2/10"),
     # work on a thread (joined, so values are right): static
@@ -75,10 +84,24 @@ CASES = [
     # work on a side stream (none on the CPU, so values are right): static
     Case("side_stream", F, None, ("static",), "[side-stream]", ("side-stream",), stages=STATIC_ONLY),
     # lazy tensor subclass (non-DPS): static (ours and kernelguard) and the benchmark's exact-type check
-    Case("lazy_subclass", F, F, ("static", "benchmark"), "[tensor-subclass]", ("tensor-subclass", "kernelguard"), dps=False),
+    Case(
+        "lazy_subclass",
+        F,
+        F,
+        ("static", "benchmark"),
+        "[tensor-subclass]",
+        ("tensor-subclass", "kernelguard"),
+        dps=False,
+    ),
     # monkeypatched time.perf_counter and torch.allclose: static, and the child's tamper report
-    Case("monkeypatch_timer", F, F, ("static", "benchmark"), "[timer-monkeypatch]",
-         ("timer-monkeypatch", "checker-monkeypatch", "kernelguard")),
+    Case(
+        "monkeypatch_timer",
+        F,
+        F,
+        ("static", "benchmark"),
+        "[timer-monkeypatch]",
+        ("timer-monkeypatch", "checker-monkeypatch", "kernelguard"),
+    ),
     # the harness's own modules patched through sys.modules: static
     Case("harness_patch", F, None, ("static",), "[harness-patch]", ("harness-patch",), stages=STATIC_ONLY),
     # builtins.print replaced to forge the evaluator's printed results: static (ours and kernelguard)
@@ -95,16 +118,51 @@ CASES = [
     Case("argv_mode_branch", F, None, ("static",), "[env-sniff]", ("env-sniff", "kernelguard"), stages=STATIC_ONLY),
     # non-.py sources run as code (issue 9): exec of a .txt, importlib on a data file, a shipped .so, a pickle,
     # a compressed blob
-    Case("exec_text_source", F, None, ("static",), "[dynamic-code]", ("dynamic-code", "foreign-code"),
-         extra=(("payload.txt", FP32_KERNEL),), stages=STATIC_ONLY),
-    Case("importlib_data_file", F, None, ("static",), "[foreign-code]", ("foreign-code",), extra=(("helper.txt", FP32_KERNEL),), stages=STATIC_ONLY),
-    Case("ctypes_shipped_lib", F, None, ("static",), "[raw-memory]", ("raw-memory", "foreign-code"),
-         extra=(("libfast.so", NOT_A_LIBRARY),), stages=STATIC_ONLY),
+    Case(
+        "exec_text_source",
+        F,
+        None,
+        ("static",),
+        "[dynamic-code]",
+        ("dynamic-code", "foreign-code"),
+        extra=(("payload.txt", FP32_KERNEL),),
+        stages=STATIC_ONLY,
+    ),
+    Case(
+        "importlib_data_file",
+        F,
+        None,
+        ("static",),
+        "[foreign-code]",
+        ("foreign-code",),
+        extra=(("helper.txt", FP32_KERNEL),),
+        stages=STATIC_ONLY,
+    ),
+    Case(
+        "ctypes_shipped_lib",
+        F,
+        None,
+        ("static",),
+        "[raw-memory]",
+        ("raw-memory", "foreign-code"),
+        extra=(("libfast.so", NOT_A_LIBRARY),),
+        stages=STATIC_ONLY,
+    ),
     Case("pickle_payload", F, None, ("static",), "[foreign-code]", ("foreign-code",), stages=STATIC_ONLY),
-    Case("obfuscated_exec", F, None, ("static",), "[dynamic-code]", ("dynamic-code", "foreign-code", "kernelguard"), stages=STATIC_ONLY),
+    Case(
+        "obfuscated_exec",
+        F,
+        None,
+        ("static",),
+        "[dynamic-code]",
+        ("dynamic-code", "foreign-code", "kernelguard"),
+        stages=STATIC_ONLY,
+    ),
     # reaching the service (issue 9): the broker, and a .pth planted in site-packages; their kernels are never called
     Case("broker_access", F, None, ("static",), "[network]", ("network",), stages=STATIC_ONLY),
-    Case("pth_persistence", F, None, ("static",), "[harness-patch]", ("harness-patch", "env-sniff"), stages=STATIC_ONLY),
+    Case(
+        "pth_persistence", F, None, ("static",), "[harness-patch]", ("harness-patch", "env-sniff"), stages=STATIC_ONLY
+    ),
     # keeping only the precision the tolerance allows: passes here; probes must catch it
     Case("round_to_tolerance", P, P, (), ""),
     # the measured bug, bf16 accumulation: passes the benchmark on uniform ids; probes must catch it

@@ -134,7 +134,7 @@ def test_offset_rows_and_uniform_int_reject_bad_parameters() -> None:
         generate_input(_ctx((8,), torch.int64, {"n": 4}), InputGenerator(kind="uniform_int", high=4, high_axis="n"))
     with pytest.raises(ProbeInputError, match="empty range"):
         generate_input(_ctx((8,), torch.int64), InputGenerator(kind="uniform_int", low=5, high=5))
-    with pytest.raises(ProbeInputError, match="does not fit torch.int32"):
+    with pytest.raises(ProbeInputError, match=r"does not fit torch\.int32"):
         generate_input(_ctx((8,), torch.int32), InputGenerator(kind="uniform_int", high=1 << 40))
     with pytest.raises(ProbeInputError, match="integer tensors"):
         generate_input(_ctx((8,), torch.bfloat16), InputGenerator(kind="uniform_int", high=4))
@@ -144,8 +144,10 @@ def test_uniform_int_covers_its_range_from_a_bound_or_an_axis() -> None:
     fixed = generate_input(_ctx((20000,), torch.int64), InputGenerator(kind="uniform_int", low=900_000, high=1_000_000))
     assert fixed.dtype == torch.int64 and int(fixed.min()) >= 900_000 and int(fixed.max()) < 1_000_000
     assert int(fixed.min()) < 901_000 and int(fixed.max()) > 999_000
-    by_axis = generate_input(_ctx((4, 5000), torch.int32, {"max_position": 1 << 20}),
-                             InputGenerator(kind="uniform_int", high_axis="max_position"))
+    by_axis = generate_input(
+        _ctx((4, 5000), torch.int32, {"max_position": 1 << 20}),
+        InputGenerator(kind="uniform_int", high_axis="max_position"),
+    )
     assert by_axis.shape == (4, 5000) and by_axis.dtype == torch.int32
     assert int(by_axis.min()) >= 0 and int(by_axis.max()) < (1 << 20) and int(by_axis.max()) > 1_000_000
 
@@ -153,7 +155,9 @@ def test_uniform_int_covers_its_range_from_a_bound_or_an_axis() -> None:
 # --- the generic measurement still measures the generic path ----------------------------------------------
 
 
-def test_generic_catalogue_audits_the_curated_two_uncurated_and_the_curated_path_separately(catalogue: Catalogue) -> None:
+def test_generic_catalogue_audits_the_curated_two_uncurated_and_the_curated_path_separately(
+    catalogue: Catalogue,
+) -> None:
     generic = plan_jobs(catalogue, "cpu", ("generic",), None, with_curated=False)
     names = {j[0] for j in generic}
     assert set(CURATED_AFTER_GENERIC) <= names and all(j[3] == "generic" for j in generic)
@@ -162,7 +166,7 @@ def test_generic_catalogue_audits_the_curated_two_uncurated_and_the_curated_path
     assert {(j[0], j[1]) for j in curated} == {
         (p, s) for p in CURATED_AFTER_GENERIC for s in catalogue.get(p).example_solutions()
     } and all(j[3] == "curated" for j in curated)
-    with pytest.raises(ValueError, match="no audit.json"):
+    with pytest.raises(ValueError, match=r"no audit\.json"):
         audit_row("softmax", "pytorch_fp32", "cpu", "curated")
 
 
@@ -184,11 +188,20 @@ def test_generic_rows_strip_audit_json_and_curated_rows_render_their_own_section
     stripped, kept = seen
     assert not stripped.curated and not stripped.has_oracle and stripped.spec.probes == []
     assert kept.curated and kept.has_oracle and kept.spec.probes
-    row = {"definition": "rope", "example": "pytorch_fp32_angles", "known_bad": True, "benchmark": "passed",
-           "caught_by": ["long_context_1M"], "worst_ratio": 12.0, "probes_summary": "s", "benchmark_summary": "b",
-           "wall_s": 1.0}
-    text = markdown([{**row, "generic_probes": "passed"}, {**row, "path": "curated", "curated_probes": "failed"}], "# t")
+    row = {
+        "definition": "rope",
+        "example": "pytorch_fp32_angles",
+        "known_bad": True,
+        "benchmark": "passed",
+        "caught_by": ["long_context_1M"],
+        "worst_ratio": 12.0,
+        "probes_summary": "s",
+        "benchmark_summary": "b",
+        "wall_s": 1.0,
+    }
+    text = markdown(
+        [{**row, "generic_probes": "passed"}, {**row, "path": "curated", "curated_probes": "failed"}], "# t"
+    )
     generic_part, curated_part = text.split("## Caught by the curated probes")
     assert "known-bad: MISSED by both" in generic_part and "| generic probes |" in generic_part
     assert "known-bad: caught only by the curated probes" in curated_part and "| 12x |" in curated_part
-

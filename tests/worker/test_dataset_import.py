@@ -23,7 +23,9 @@ CATEGORIES = ("L1", "L2", "FlashInfer-Bench")
 
 def _definition(name: str, scale: float) -> dict[str, object]:
     return {
-        "name": name, "op_type": "elementwise", "description": f"x times {scale}",
+        "name": name,
+        "op_type": "elementwise",
+        "description": f"x times {scale}",
         "axes": {"n": {"type": "var"}, "d": {"type": "const", "value": 8}},
         "inputs": {"x": {"shape": ["n", "d"], "dtype": "float32"}},
         "outputs": {"y": {"shape": ["n", "d"], "dtype": "float32"}},
@@ -31,15 +33,23 @@ def _definition(name: str, scale: float) -> dict[str, object]:
     }
 
 
-def _write(folder: Path, definition: dict[str, object], workloads: list[dict[str, object]], *, traced: bool = False,
-           reference_file: bool = False) -> None:
+def _write(
+    folder: Path,
+    definition: dict[str, object],
+    workloads: list[dict[str, object]],
+    *,
+    traced: bool = False,
+    reference_file: bool = False,
+) -> None:
     folder.mkdir(parents=True)
     if reference_file:
         (folder / "reference.py").write_text(str(definition["reference"]))
         definition = {k: v for k, v in definition.items() if k != "reference"}
     (folder / "definition.json").write_text(json.dumps(definition))
-    lines = [{"definition": definition["name"], "workload": w, "solution": None, "evaluation": None} if traced else w
-             for w in workloads]
+    lines = [
+        {"definition": definition["name"], "workload": w, "solution": None, "evaluation": None} if traced else w
+        for w in workloads
+    ]
     (folder / "workload.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
 
 
@@ -53,20 +63,42 @@ def dataset(tmp_path: Path) -> Path:
         name = f"scale_{i:02d}"
         w = [{"uuid": f"{name}-r", "axes": {"n": 16}, "inputs": {"x": {"type": "random"}}}]
         if i % 4 == 0:
-            w.append({"uuid": f"{name}-blob", "axes": {"n": 4},
-                      "inputs": {"x": {"type": "safetensors", "path": "blobs/x4.safetensors", "tensor_key": "x"}}})
-        _write(root / CATEGORIES[i % 3] / f"{i:03d}_{name}", _definition(name, 1.0 + i), w, traced=i % 2 == 1,
-               reference_file=i % 5 == 0)
+            w.append(
+                {
+                    "uuid": f"{name}-blob",
+                    "axes": {"n": 4},
+                    "inputs": {"x": {"type": "safetensors", "path": "blobs/x4.safetensors", "tensor_key": "x"}},
+                }
+            )
+        _write(
+            root / CATEGORIES[i % 3] / f"{i:03d}_{name}",
+            _definition(name, 1.0 + i),
+            w,
+            traced=i % 2 == 1,
+            reference_file=i % 5 == 0,
+        )
     blob = {"type": "safetensors", "tensor_key": "x"}
-    _write(root / "L1" / "missing_blob", _definition("missing_blob", 2.0),
-           [{"uuid": "m", "axes": {"n": 4}, "inputs": {"x": {**blob, "path": "blobs/not_there.safetensors"}}}])
-    _write(root / "L1" / "escapes", _definition("escapes", 2.0),
-           [{"uuid": "e", "axes": {"n": 4}, "inputs": {"x": {**blob, "path": "../secret.safetensors"}}}])
+    _write(
+        root / "L1" / "missing_blob",
+        _definition("missing_blob", 2.0),
+        [{"uuid": "m", "axes": {"n": 4}, "inputs": {"x": {**blob, "path": "blobs/not_there.safetensors"}}}],
+    )
+    _write(
+        root / "L1" / "escapes",
+        _definition("escapes", 2.0),
+        [{"uuid": "e", "axes": {"n": 4}, "inputs": {"x": {**blob, "path": "../secret.safetensors"}}}],
+    )
     os.symlink(tmp_path / "secret.safetensors", root / "blobs" / "link.safetensors")
-    _write(root / "L2" / "links_out", _definition("links_out", 2.0),
-           [{"uuid": "l", "axes": {"n": 4}, "inputs": {"x": {**blob, "path": "blobs/link.safetensors"}}}])
-    _write(root / "L2" / "duplicate", _definition("scale_03", 9.0),
-           [{"uuid": "d", "axes": {"n": 4}, "inputs": {"x": {"type": "random"}}}])
+    _write(
+        root / "L2" / "links_out",
+        _definition("links_out", 2.0),
+        [{"uuid": "l", "axes": {"n": 4}, "inputs": {"x": {**blob, "path": "blobs/link.safetensors"}}}],
+    )
+    _write(
+        root / "L2" / "duplicate",
+        _definition("scale_03", 9.0),
+        [{"uuid": "d", "axes": {"n": 4}, "inputs": {"x": {"type": "random"}}}],
+    )
     return root
 
 
@@ -94,11 +126,14 @@ def test_a_dataset_tree_imports_into_a_catalogue_that_loads(dataset: Path, tmp_p
 
 def test_an_imported_problem_audits_with_its_blob_and_a_missing_blob_is_named(dataset: Path, tmp_path: Path) -> None:
     catalogue = load_catalogue(import_dataset(dataset, tmp_path / "catalogue") and tmp_path / "catalogue")
-    good = Solution.model_validate({
-        "name": "k", "definition": "scale_04",
-        "spec": {"language": "python", "entry_point": "k.py::run", "destination_passing_style": False},
-        "sources": [{"path": "k.py", "content": "def run(x):\n    return x * 5.0\n"}],
-    })
+    good = Solution.model_validate(
+        {
+            "name": "k",
+            "definition": "scale_04",
+            "spec": {"language": "python", "entry_point": "k.py::run", "destination_passing_style": False},
+            "sources": [{"path": "k.py", "content": "def run(x):\n    return x * 5.0\n"}],
+        }
+    )
     report = run_audit(catalogue.get("scale_04"), good, stages=["intake", "benchmark"], seed=1)
     bench = next(s for s in report.stages if s.name == "benchmark")
     assert bench.status is StageStatus.passed, bench.summary

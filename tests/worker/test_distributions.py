@@ -28,8 +28,14 @@ def definition() -> Definition:
     return load_catalogue().get("embedding_backward").definition
 
 
-def probe(ids: dict[str, Any], grad: dict[str, Any] | None = None, *, axes: dict[str, int] | None = None,
-          pad: int = -1, pad_first: bool = False) -> ProbeSpec:
+def probe(
+    ids: dict[str, Any],
+    grad: dict[str, Any] | None = None,
+    *,
+    axes: dict[str, int] | None = None,
+    pad: int = -1,
+    pad_first: bool = False,
+) -> ProbeSpec:
     inputs: dict[str, Any] = {"padding_idx": {"kind": "scalar", "value": pad}} if pad_first else {}
     inputs["indices"] = ids
     if grad is not None:
@@ -80,8 +86,16 @@ def test_zipf_puts_hundreds_of_contributions_on_the_hottest_row(definition: Defi
     assert 350 < hottest[1.0] < 650
     assert hottest[1.2] > hottest[1.0] * 1.4
     # ranks are permuted onto ids: the hottest id is not always id 0
-    ids = [int(counts(build_probe_case(definition, probe({"kind": "zipf_ids", "s": 1.2, "high_axis": "vocab_size"}), "cpu", s)
-                      .inputs["indices"]).argmax()) for s in range(4)]
+    ids = [
+        int(
+            counts(
+                build_probe_case(
+                    definition, probe({"kind": "zipf_ids", "s": 1.2, "high_axis": "vocab_size"}), "cpu", s
+                ).inputs["indices"]
+            ).argmax()
+        )
+        for s in range(4)
+    ]
     assert len(set(ids)) > 1
 
 
@@ -98,8 +112,19 @@ def test_real_text_ids_are_a_window_of_the_corpus_stream(definition: Definition)
 
 def test_real_text_at_a_drawn_vocabulary_uses_the_ladder_tokenizer_below_it(definition: Definition) -> None:
     # a vocabulary drawn per audit (2,112 here) reuses the 2,048-id tokenizer instead of training one for 2,112
-    assert [ladder_vocab(v) for v in (100, 256, 2047, 2048, 2112, 3071, 3072, 50257)] == [100, 256, 1536, 2048, 2048, 2048, 3072, 49152]
-    p = probe({"kind": "real_text_ids", "high_axis": "vocab_size"}, axes={**AXES, "vocab_size": 2112, "num_tokens": 4096})
+    assert [ladder_vocab(v) for v in (100, 256, 2047, 2048, 2112, 3071, 3072, 50257)] == [
+        100,
+        256,
+        1536,
+        2048,
+        2048,
+        2048,
+        3072,
+        49152,
+    ]
+    p = probe(
+        {"kind": "real_text_ids", "high_axis": "vocab_size"}, axes={**AXES, "vocab_size": 2112, "num_tokens": 4096}
+    )
     ids = build_probe_case(definition, p, "cpu", 5).inputs["indices"]
     stream = corpus_token_ids(2048)
     first = (stream[: stream.numel() - 4096] == ids[0]).nonzero().flatten()
@@ -107,25 +132,40 @@ def test_real_text_at_a_drawn_vocabulary_uses_the_ladder_tokenizer_below_it(defi
 
 
 @pytest.mark.parametrize("high", [192, 40, 1])
-def test_real_text_below_a_byte_alphabet_folds_ranks_and_keeps_the_heavy_head(definition: Definition, high: int) -> None:
+def test_real_text_below_a_byte_alphabet_folds_ranks_and_keeps_the_heavy_head(
+    definition: Definition, high: int
+) -> None:
     # segment or class counts can be below the 256 ids of a byte-level BPE's alphabet: ids must still be in range
-    p = probe({"kind": "real_text_ids", "high_axis": "vocab_size"}, axes={**AXES, "vocab_size": high, "num_tokens": 8192})
+    p = probe(
+        {"kind": "real_text_ids", "high_axis": "vocab_size"}, axes={**AXES, "vocab_size": high, "num_tokens": 8192}
+    )
     ids = build_probe_case(definition, p, "cpu", 5).inputs["indices"]
-    assert ids.shape == (8192,) and 0 <= int(ids.min()) and int(ids.max()) < high
+    assert ids.shape == (8192,) and int(ids.min()) >= 0 and int(ids.max()) < high
     byte_stream = corpus_token_ids(256)
     top = int(torch.bincount(byte_stream).max()) / byte_stream.numel()
     assert int(counts(ids).max()) / ids.numel() >= 0.8 * top  # the most frequent token is at least as hot as in text
 
 
 def test_hot_id_takes_the_fraction(definition: Definition) -> None:
-    ids = build_probe_case(definition, probe({"kind": "hot_id", "fraction": 0.5, "high_axis": "vocab_size"}), "cpu", 2).inputs["indices"]
+    ids = build_probe_case(
+        definition, probe({"kind": "hot_id", "fraction": 0.5, "high_axis": "vocab_size"}), "cpu", 2
+    ).inputs["indices"]
     c = counts(ids)
     assert 2048 <= int(c.max()) <= 2048 + 10
 
 
 def test_padding_heavy_uses_the_earlier_scalar(definition: Definition) -> None:
-    p = probe({"kind": "padding_heavy", "fraction": 0.3, "pad_from": "padding_idx", "base": "zipf_ids", "high_axis": "vocab_size"},
-              pad=5, pad_first=True)
+    p = probe(
+        {
+            "kind": "padding_heavy",
+            "fraction": 0.3,
+            "pad_from": "padding_idx",
+            "base": "zipf_ids",
+            "high_axis": "vocab_size",
+        },
+        pad=5,
+        pad_first=True,
+    )
     case = build_probe_case(definition, p, "cpu", 4)
     ids = case.inputs["indices"]
     assert case.inputs["padding_idx"] == 5
@@ -141,17 +181,35 @@ def test_padding_heavy_needs_the_pad_scalar_listed_first(definition: Definition)
 
 def test_normal_scales_and_positive_sign(definition: Definition) -> None:
     for std in (1e-4, 1e3):
-        g = build_probe_case(definition, probe({"kind": "uniform_ids", "high_axis": "vocab_size"}, {"kind": "normal", "std": std}),
-                             "cpu", 1).inputs["grad_output"].double()
+        g = (
+            build_probe_case(
+                definition,
+                probe({"kind": "uniform_ids", "high_axis": "vocab_size"}, {"kind": "normal", "std": std}),
+                "cpu",
+                1,
+            )
+            .inputs["grad_output"]
+            .double()
+        )
         assert 0.95 * std < float(g.std()) < 1.05 * std
-    g = build_probe_case(definition, probe({"kind": "uniform_ids", "high_axis": "vocab_size"}, {"kind": "positive", "scale": 1e-3}),
-                         "cpu", 1).inputs["grad_output"].double()
+    g = (
+        build_probe_case(
+            definition,
+            probe({"kind": "uniform_ids", "high_axis": "vocab_size"}, {"kind": "positive", "scale": 1e-3}),
+            "cpu",
+            1,
+        )
+        .inputs["grad_output"]
+        .double()
+    )
     assert float(g.min()) >= 0 and 0.5e-3 < float(g.mean()) < 1.0e-3  # |N(0,1)| has mean 0.8
 
 
 def test_shared_direction_rows_of_one_id_point_one_way(definition: Definition) -> None:
-    p = probe({"kind": "zipf_ids", "s": 1.0, "high_axis": "vocab_size"},
-              {"kind": "shared_direction", "ids_from": "indices", "std": 1e-3, "noise": 0.1})
+    p = probe(
+        {"kind": "zipf_ids", "s": 1.0, "high_axis": "vocab_size"},
+        {"kind": "shared_direction", "ids_from": "indices", "std": 1e-3, "noise": 0.1},
+    )
     case = build_probe_case(definition, p, "cpu", 6)
     ids, g = case.inputs["indices"], case.inputs["grad_output"].double()
     hot = int(counts(ids).argmax())
@@ -180,11 +238,19 @@ def test_bad_kind_params_and_dtype_are_reported(definition: Definition) -> None:
 
 
 def test_gpu_profile_uses_gpu_axes(definition: Definition) -> None:
-    p = ProbeSpec.model_validate({
-        "name": "t", "why": "x", "axes": AXES, "gpu_axes": {"num_tokens": 100, "vocab_size": 300, "hidden_size": 8},
-        "inputs": {"indices": {"kind": "uniform_ids", "high_axis": "vocab_size"},
-                   "num_embeddings": {"kind": "from_axis", "axis": "vocab_size"}, "padding_idx": {"kind": "scalar", "value": -1}},
-    })
+    p = ProbeSpec.model_validate(
+        {
+            "name": "t",
+            "why": "x",
+            "axes": AXES,
+            "gpu_axes": {"num_tokens": 100, "vocab_size": 300, "hidden_size": 8},
+            "inputs": {
+                "indices": {"kind": "uniform_ids", "high_axis": "vocab_size"},
+                "num_embeddings": {"kind": "from_axis", "axis": "vocab_size"},
+                "padding_idx": {"kind": "scalar", "value": -1},
+            },
+        }
+    )
     assert build_probe_case(definition, p, "gpu", 1).inputs["grad_output"].shape == (100, 8)
     assert build_probe_case(definition, p, "cpu", 1).inputs["grad_output"].shape == (4096, 64)
 
@@ -213,24 +279,41 @@ class _HostArithmetic(GenContext):
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
-@pytest.mark.parametrize(("kind", "params"), [
-    ("normal", {"std": 1e-3, "mean": 0.5}),
-    ("positive", {"scale": 30.0}),
-    ("zero_rows", {"fraction": 0.25, "std": 3.0}),
-    ("offset_rows", {"min_ratio": 10.0, "max_ratio": 1000.0, "std": 0.1}),
-    ("shared_direction", {"ids_from": "ids", "std": 1e-2, "noise": 0.1}),
-])
-def test_gpu_draws_give_the_inputs_the_cpu_arithmetic_gives(kind: str, params: dict[str, Any], dtype: torch.dtype) -> None:
+@pytest.mark.parametrize(
+    ("kind", "params"),
+    [
+        ("normal", {"std": 1e-3, "mean": 0.5}),
+        ("positive", {"scale": 30.0}),
+        ("zero_rows", {"fraction": 0.25, "std": 3.0}),
+        ("offset_rows", {"min_ratio": 10.0, "max_ratio": 1000.0, "std": 0.1}),
+        ("shared_direction", {"ids_from": "ids", "std": 1e-2, "noise": 0.1}),
+    ],
+)
+def test_gpu_draws_give_the_inputs_the_cpu_arithmetic_gives(
+    kind: str, params: dict[str, Any], dtype: torch.dtype
+) -> None:
     """Float inputs drawn on the GPU and computed there are bit for bit the ones the same draws computed on the CPU give."""
     shape, seed = (4099, 257), 11
     ids = torch.randint(0, 97, (4099,), generator=torch.Generator().manual_seed(3))
 
     def make(cls: type[GenContext]) -> torch.Tensor:
-        ctx = cls("p", "x", shape, dtype, {}, {"ids": ids}, torch.Generator().manual_seed(seed), None, None,
-                  torch.Generator(device="cuda").manual_seed(seed))
+        ctx = cls(
+            "p",
+            "x",
+            shape,
+            dtype,
+            {},
+            {"ids": ids},
+            torch.Generator().manual_seed(seed),
+            None,
+            None,
+            torch.Generator(device="cuda").manual_seed(seed),
+        )
         return generate_input(ctx, InputGenerator(kind=kind, **params))
 
     on_gpu, on_host = make(GenContext), make(_HostArithmetic)
     assert on_gpu.device.type == "cpu" and on_gpu.dtype == dtype and tuple(on_gpu.shape) == shape
-    assert torch.equal(on_gpu.view(torch.int16 if dtype == torch.bfloat16 else torch.int32),
-                       on_host.view(torch.int16 if dtype == torch.bfloat16 else torch.int32))
+    assert torch.equal(
+        on_gpu.view(torch.int16 if dtype == torch.bfloat16 else torch.int32),
+        on_host.view(torch.int16 if dtype == torch.bfloat16 else torch.int32),
+    )

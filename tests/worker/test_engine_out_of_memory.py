@@ -12,7 +12,7 @@ from worker.catalogue import load_catalogue
 from worker.engine import run_audit
 from worker.numerics import gpu_memory
 
-STAGE = '''
+STAGE = """
 from pathlib import Path
 
 import torch
@@ -28,7 +28,7 @@ def run(ctx):
     if n < {ooms}:
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 512.00 MiB (a neighbour holds the rest)")
     return StageResult(name="{name}", status=StageStatus.passed, summary=f"ran on attempt {{n + 1}}")
-'''
+"""
 
 
 def _stage(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, ooms: int) -> Path:
@@ -46,11 +46,17 @@ def _stage(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, ooms: int
 
 def _audit(name: str):  # type: ignore[no-untyped-def]
     problem = load_catalogue().get("softmax")
-    return {s.name: s for s in run_audit(problem, problem.example_solution("pytorch_fp32"), device="cpu",
-                                         stages=("intake", name)).stages}
+    return {
+        s.name: s
+        for s in run_audit(
+            problem, problem.example_solution("pytorch_fp32"), device="cpu", stages=("intake", name)
+        ).stages
+    }
 
 
-def test_a_stage_that_ran_out_of_memory_once_runs_again_and_counts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_stage_that_ran_out_of_memory_once_runs_again_and_counts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     counter = _stage(tmp_path, monkeypatch, "oom_once", ooms=1)
     stage = _audit("oom_once")["oom_once"]
     assert str(stage.status) == "passed", stage.summary
@@ -59,7 +65,9 @@ def test_a_stage_that_ran_out_of_memory_once_runs_again_and_counts(tmp_path: Pat
     assert counter.read_text() == "2"
 
 
-def test_a_stage_that_always_runs_out_is_inconclusive_not_failed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_stage_that_always_runs_out_is_inconclusive_not_failed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     counter = _stage(tmp_path, monkeypatch, "oom_always", ooms=99)
     stages = _audit("oom_always")
     stage = stages["oom_always"]

@@ -87,7 +87,11 @@ def test_cpp_specs_carry_what_the_build_needs() -> None:
     assert [s.path for s in cuda.sources] == ["vecadd.cu", "include/vecadd.cuh"]
     opts = cuda.spec.effective_compile_options
     # given cuda_cflags replace the default; the others keep SOL-ExecBench's defaults
-    assert opts.cuda_cflags == ["-O3", "--use_fast_math", "-std=c++17"] and opts.cflags == [] and opts.ld_flags == ["-lcuda"]
+    assert (
+        opts.cuda_cflags == ["-O3", "--use_fast_math", "-std=c++17"]
+        and opts.cflags == []
+        and opts.ld_flags == ["-lcuda"]
+    )
     cublas = load_solution(FIXTURES / "solution_cublas.json").spec
     assert cublas.binding is None and cublas.effective_binding == "torch"  # null binding means torch for C++
     assert cublas.effective_compile_options.ld_flags == ["-lcublas"] and cublas.dependencies == ["cublas"]
@@ -141,11 +145,22 @@ def test_older_form_parses_with_a_compat_note() -> None:
 
 @pytest.mark.parametrize(
     ("old", "new", "entry"),
-    [("python", ["pytorch"], "k.py"), ("triton", ["triton"], "k.py"), ("cuda", ["cuda_cpp"], "k.cu"), ("cpp", ["cuda_cpp"], "k.cpp")],
+    [
+        ("python", ["pytorch"], "k.py"),
+        ("triton", ["triton"], "k.py"),
+        ("cuda", ["cuda_cpp"], "k.cu"),
+        ("cpp", ["cuda_cpp"], "k.cpp"),
+    ],
 )
 def test_every_older_language_maps_to_the_official_list(old: str, new: list[str], entry: str) -> None:
-    sol = Solution.model_validate({"name": "s", "definition": "d", "spec": {"language": old, "entry_point": f"{entry}::run"},
-                                   "sources": [{"path": entry, "content": "x"}]})
+    sol = Solution.model_validate(
+        {
+            "name": "s",
+            "definition": "d",
+            "spec": {"language": old, "entry_point": f"{entry}::run"},
+            "sources": [{"path": entry, "content": "x"}],
+        }
+    )
     assert sol.spec.languages == new and len(sol.compat_notes) == 1
 
 
@@ -168,7 +183,10 @@ def _with_spec(**spec: Any) -> dict[str, Any]:
     [
         (_with_spec(language="python"), "spec.language: give spec.languages only"),
         (_with_spec(languages=None, language="rust"), "spec.language: 'rust' is not one of the older form's"),
-        (_with_spec(languages=["pytorch", "cuda_cpp"]), "spec.languages: Python-loaded ['pytorch'] and compiled C++ ['cuda_cpp']"),
+        (
+            _with_spec(languages=["pytorch", "cuda_cpp"]),
+            "spec.languages: Python-loaded ['pytorch'] and compiled C++ ['cuda_cpp']",
+        ),
         (_with_spec(languages=["cuda_cpp"]), "spec.entry_point: languages ['cuda_cpp'] need a C/C++/CUDA file"),
         (_with_spec(languages=["pytorch", "pytorch"]), "names a language twice"),
         (_with_spec(languages=["rust"]), "spec.languages.0"),
@@ -213,12 +231,16 @@ def test_workloads_read_every_input_kind() -> None:
     assert [w.axes for w in load_workloads(FIXTURES / "workload_cpu.jsonl")] == [{"N": 4096}, {"N": 257}]
 
 
-@pytest.mark.parametrize("path", ["/data/x.safetensors", "../x.safetensors", "blobs/../../x.safetensors", "blobs\\x.safetensors"])
+@pytest.mark.parametrize(
+    "path", ["/data/x.safetensors", "../x.safetensors", "blobs/../../x.safetensors", "blobs\\x.safetensors"]
+)
 def test_safetensors_paths_stay_inside_the_folder(tmp_path: Path, path: str) -> None:
     line = {"uuid": "w", "axes": {"N": 8}, "inputs": {"a": {"type": "safetensors", "path": path, "tensor_key": "a"}}}
     p = tmp_path / "workload.jsonl"
     p.write_text(json.dumps(line) + "\n")
-    with pytest.raises(FormatError, match=r"inputs\.a\.safetensors\.path: .*relative path inside the definition's folder"):
+    with pytest.raises(
+        FormatError, match=r"inputs\.a\.safetensors\.path: .*relative path inside the definition's folder"
+    ):
         load_workloads(p)
 
 
@@ -232,8 +254,12 @@ def test_malicious_path_alias_is_refused_naming_both_paths(tag: str, alias: str)
 
 
 def _sources(*paths: str) -> dict[str, Any]:
-    return {"name": "s", "definition": "d", "spec": {"languages": ["pytorch"], "entry_point": f"{paths[0]}::run"},
-            "sources": [{"path": p, "content": "def run():\n    pass\n"} for p in paths]}
+    return {
+        "name": "s",
+        "definition": "d",
+        "spec": {"languages": ["pytorch"], "entry_point": f"{paths[0]}::run"},
+        "sources": [{"path": p, "content": "def run():\n    pass\n"} for p in paths],
+    }
 
 
 @pytest.mark.parametrize(
@@ -263,8 +289,12 @@ def test_paths_differing_in_case_are_two_files() -> None:
 
 
 def test_entry_file_must_be_canonical_too() -> None:
-    with pytest.raises(FormatError, match=r"spec\.entry_point: must be a relative path inside the solution: it has a '\.' part"):
-        parse_model(Solution, {**_sources("k.py"), "spec": {"languages": ["pytorch"], "entry_point": "./k.py::run"}}, "s")
+    with pytest.raises(
+        FormatError, match=r"spec\.entry_point: must be a relative path inside the solution: it has a '\.' part"
+    ):
+        parse_model(
+            Solution, {**_sources("k.py"), "spec": {"languages": ["pytorch"], "entry_point": "./k.py::run"}}, "s"
+        )
 
 
 def test_a_custom_scalar_reaches_the_kernel_as_a_number() -> None:

@@ -19,9 +19,12 @@ EMB = load_catalogue().get("embedding_backward")
 
 
 def _solution(body: str) -> Solution:
-    return Solution(name="inline", definition=EMB.name,
-                    spec=SolutionSpec(language="python", entry_point="kernel.py::run", destination_passing_style=True),
-                    sources=[SourceFile(path="kernel.py", content=body)])
+    return Solution(
+        name="inline",
+        definition=EMB.name,
+        spec=SolutionSpec(language="python", entry_point="kernel.py::run", destination_passing_style=True),
+        sources=[SourceFile(path="kernel.py", content=body)],
+    )
 
 
 def _benchmark(solution: Solution, seed: int = 3) -> tuple[StageStatus, str, dict]:
@@ -82,7 +85,7 @@ def test_a_kernel_that_writes_into_its_input_is_seen_through_the_digest() -> Non
 def test_a_kernel_that_replaces_the_input_generator_gets_no_pass() -> None:
     """Hostile: the submission swaps the child's generator for one that makes zeros (all-zero gradients make a
     zero output that is trivially "right" for those inputs); the parent's digests disagree and nothing is judged."""
-    body = '''
+    body = """
 import torch
 import worker.generated as g
 
@@ -93,7 +96,7 @@ g.make = _zeros
 
 def run(indices, grad_output, num_embeddings, padding_idx, grad_weight):
     grad_weight.zero_()
-'''
+"""
     status, summary, _ = _benchmark(_solution(body))
     assert status is StageStatus.error, summary
     assert "not the ones this process made" in summary

@@ -21,8 +21,10 @@ from worker.stages import probes as probes_stage
 from worker.stages.result import StageStatus
 
 KERNELS = Path(__file__).resolve().parents[2] / "kernels" / "rmsnorm_forward"
-CORRECT = ("import torch\n\n\ndef run(input, weight, eps, output):\n    x = input.float()\n"
-           "    rstd = torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)\n    output.copy_(x * rstd * weight.float())\n")
+CORRECT = (
+    "import torch\n\n\ndef run(input, weight, eps, output):\n    x = input.float()\n"
+    "    rstd = torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)\n    output.copy_(x * rstd * weight.float())\n"
+)
 HARD_CODED = CORRECT.replace("+ eps)", "+ 1e-6)")  # the workload's eps, not the argument
 
 
@@ -55,7 +57,7 @@ def test_the_plan_moves_eps_into_the_regime_where_it_matters(uncurated: Path) ->
     probe = next(p for p in plan.spec.probes if p.name == "constant:eps")
     moved = probe.inputs["eps"].params["value"]
     assert moved in (pytest.approx(1e-4), pytest.approx(1e-3))  # 100x the base workload's eps (1e-6 or 1e-5)
-    assert probe.inputs["input"].params["std"] == pytest.approx(moved ** 0.5)  # x^2 of the eps's size
+    assert probe.inputs["input"].params["std"] == pytest.approx(moved**0.5)  # x^2 of the eps's size
     assert moved_scalar(0.5) == 1.0 and moved_scalar(0.0) == 1e-3
 
 

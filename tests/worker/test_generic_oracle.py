@@ -11,16 +11,21 @@ from worker.reference import Reference
 
 
 def _definition(reference: str) -> Definition:
-    return Definition.model_validate({
-        "name": "promote_fixture",
-        "axes": {"rows": {"type": "var"}, "cols": {"type": "var"}},
-        "inputs": {"x": {"shape": ["rows", "cols"], "dtype": "bfloat16"}, "w": {"shape": ["cols"], "dtype": "bfloat16"}},
-        "outputs": {"y": {"shape": ["rows"], "dtype": "bfloat16"}},
-        "reference": reference,
-    })
+    return Definition.model_validate(
+        {
+            "name": "promote_fixture",
+            "axes": {"rows": {"type": "var"}, "cols": {"type": "var"}},
+            "inputs": {
+                "x": {"shape": ["rows", "cols"], "dtype": "bfloat16"},
+                "w": {"shape": ["cols"], "dtype": "bfloat16"},
+            },
+            "outputs": {"y": {"shape": ["rows"], "dtype": "bfloat16"}},
+            "reference": reference,
+        }
+    )
 
 
-CASTS_TO_BF16 = '''import torch
+CASTS_TO_BF16 = """import torch
 
 
 def run(x, w):
@@ -31,7 +36,7 @@ def run(x, w):
         acc = acc + p[:, j]
     third = torch.tensor(1.0) / 3
     return (acc.float() * third).half().bfloat16()
-'''
+"""
 
 
 def _inputs(seed: int = 0) -> list[torch.Tensor]:
@@ -56,21 +61,23 @@ def test_reference_that_casts_to_bf16_inside_still_yields_fp64() -> None:
 def test_inputs_are_not_modified_and_integer_outputs_stay_integer() -> None:
     x, w = _inputs(1)
     before = x.clone()
-    outs, lowered, selects = run_promoted(lambda a, b: (a.float() @ b.float(), torch.argmax(a.float(), -1)), [x, w], torch.float64)
+    outs, lowered, selects = run_promoted(
+        lambda a, b: (a.float() @ b.float(), torch.argmax(a.float(), -1)), [x, w], torch.float64
+    )
     assert torch.equal(x, before) and x.dtype == torch.bfloat16
     assert outs[0].dtype == torch.float64 and outs[1].dtype == torch.int64 and lowered == {}
     assert selects  # argmax breaks ties per device: a GPU oracle must rerun this on the CPU
 
 
 def test_reference_that_refuses_promotion_is_reported_and_run_at_its_own_precision() -> None:
-    insists = '''import torch
+    insists = """import torch
 
 
 def run(x, w):
     if x.dtype != torch.bfloat16:
         raise TypeError(f"this reference only takes bf16, got {x.dtype}")
     return ((x.float() * w.float()).sum(-1)).to(torch.bfloat16)
-'''
+"""
     x, w = _inputs(2)
     oracle = GenericOracle(Reference.of(_definition(insists)))
     (y,) = oracle(x, w)
@@ -83,20 +90,20 @@ def run(x, w):
     assert "budgets are relative to it" in summary["note"]
 
 
-MATMUL = '''import torch
+MATMUL = """import torch
 
 
 def run(x, w):
     return (x.float() * w.float()).sum(-1).to(torch.bfloat16)
-'''
+"""
 
-TOPK = '''import torch
+TOPK = """import torch
 
 
 def run(x, w):
     v, i = torch.topk(x.float() * w.float(), 2, dim=-1)
     return torch.zeros(x.shape[0], dtype=torch.bfloat16) + v.sum(-1).to(torch.bfloat16) + i.sum(-1).to(torch.bfloat16)
-'''
+"""
 
 
 @pytest.mark.gpu
@@ -124,5 +131,7 @@ def test_an_untrusted_reference_never_runs_its_oracle_on_the_gpu() -> None:
 def test_factories_inside_the_reference_are_made_on_the_oracles_device() -> None:
     # "meta" stands in for the GPU here: a factory left on the CPU would not mix with a meta input
     x = torch.ones(4, 3, device="meta", dtype=torch.bfloat16)
-    outs, _, selects = run_promoted(lambda a: a.float() + torch.zeros(a.shape[1]), [x], torch.float64, torch.device("meta"))
+    outs, _, selects = run_promoted(
+        lambda a: a.float() + torch.zeros(a.shape[1]), [x], torch.float64, torch.device("meta")
+    )
     assert outs[0].device.type == "meta" and outs[0].dtype == torch.float64 and not selects

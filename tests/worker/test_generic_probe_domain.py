@@ -43,7 +43,9 @@ def test_custom_inputs_follow_the_probes_scalars(profile: str, seed: int) -> Non
         segments = case.inputs["num_segments"]
         assert segments == case.axes["num_segments"], name
         ids = case.inputs["segment_ids"]
-        assert 0 <= int(ids.min()) and int(ids.max()) < segments, f"{name}: ids up to {int(ids.max())}, {segments} segments"
+        assert int(ids.min()) >= 0 and int(ids.max()) < segments, (
+            f"{name}: ids up to {int(ids.max())}, {segments} segments"
+        )
         seen += 1
     assert seen >= 10
 

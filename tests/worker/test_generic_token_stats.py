@@ -20,12 +20,18 @@ EMB = load_catalogue().get("embedding_backward")
 
 
 def _probe() -> ProbeSpec:
-    return ProbeSpec.model_validate({
-        "name": "real_text", "why": "test", "axes": {"num_tokens": 2048, "vocab_size": 1000, "hidden_size": 8},
-        "inputs": {"indices": {"kind": "real_text_ids", "high_axis": "vocab_size"},
-                   "num_embeddings": {"kind": "from_axis", "axis": "vocab_size"},
-                   "padding_idx": {"kind": "scalar", "value": -1}},
-    })
+    return ProbeSpec.model_validate(
+        {
+            "name": "real_text",
+            "why": "test",
+            "axes": {"num_tokens": 2048, "vocab_size": 1000, "hidden_size": 8},
+            "inputs": {
+                "indices": {"kind": "real_text_ids", "high_axis": "vocab_size"},
+                "num_embeddings": {"kind": "from_axis", "axis": "vocab_size"},
+                "padding_idx": {"kind": "scalar", "value": -1},
+            },
+        }
+    )
 
 
 def _ids(stats: TokenStats | None, seed: int = 4) -> tuple[torch.Tensor, list[str]]:
@@ -63,8 +69,13 @@ def test_bad_token_stats_are_refused_clearly(tmp_path: Path) -> None:
     np.save(tmp_path / "twod.npy", np.ones((2, 2)))
     (tmp_path / "ids.txt").write_text("1 2 3")
     save_file({"a": torch.ones(3), "b": torch.ones(3)}, str(tmp_path / "two.safetensors"))
-    for path, message in (("neg.npy", "must be >= 0"), ("twod.npy", "1-D"), ("ids.txt", ".npy or .safetensors"),
-                          ("two.safetensors", "name the tensor"), ("missing.npy", "no such file")):
+    for path, message in (
+        ("neg.npy", "must be >= 0"),
+        ("twod.npy", "1-D"),
+        ("ids.txt", ".npy or .safetensors"),
+        ("two.safetensors", "name the tensor"),
+        ("missing.npy", "no such file"),
+    ):
         with pytest.raises(TokenStatsError, match=message):
             TokenStats(path=tmp_path / path).load()
 
@@ -72,6 +83,10 @@ def test_bad_token_stats_are_refused_clearly(tmp_path: Path) -> None:
 def test_cli_flag_rejects_an_unreadable_file_with_exit_2(tmp_path: Path) -> None:
     (tmp_path / "ids.txt").write_text("1 2 3")
     solution = Path(__file__).resolve().parents[2] / "kernels/embedding_backward/solutions/pytorch_fp32"
-    r = subprocess.run([sys.executable, "-m", "app.cli", "audit", str(solution), "--token-stats", str(tmp_path / "ids.txt")],
-                       capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-m", "app.cli", "audit", str(solution), "--token-stats", str(tmp_path / "ids.txt")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 2 and "--token-stats" in r.stderr and ".npy or .safetensors" in r.stderr

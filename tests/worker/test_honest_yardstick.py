@@ -19,14 +19,16 @@ from worker.stages.result import StageStatus
 from worker.uploaded import problem_from_bundle
 
 GEMM = {
-    "name": "fp32_gemm", "description": "out = x @ w.T in fp32",
+    "name": "fp32_gemm",
+    "description": "out = x @ w.T in fp32",
     "axes": {"m": {"type": "var"}, "k": {"type": "var"}, "n": {"type": "var"}},
     "inputs": {"x": {"shape": ["m", "k"], "dtype": "float32"}, "w": {"shape": ["n", "k"], "dtype": "float32"}},
     "outputs": {"out": {"shape": ["m", "n"], "dtype": "float32"}},
     "reference": "import torch\n\n\ndef run(x, w):\n    return x @ w.t()\n",
 }
 ROWSUM = {
-    "name": "fp32_rowsum", "description": "sum of each row, fp32",
+    "name": "fp32_rowsum",
+    "description": "sum of each row, fp32",
     "axes": {"m": {"type": "var"}, "k": {"type": "var"}},
     "inputs": {"x": {"shape": ["m", "k"], "dtype": "float32"}},
     "outputs": {"out": {"shape": ["m"], "dtype": "float32"}},
@@ -83,12 +85,19 @@ def _problem(tmp_path: Path, definition: dict[str, object], axes: list[dict[str,
 
 
 def _probes(problem: Problem, body: str) -> tuple[StageStatus, str, dict[str, object]]:
-    solution = Solution.model_validate({
-        "name": "k", "definition": problem.name,
-        "spec": {"languages": ["pytorch"], "target_hardware": ["LOCAL"], "entry_point": "k.py::run",
-                 "destination_passing_style": False},
-        "sources": [{"path": "k.py", "content": body}],
-    })
+    solution = Solution.model_validate(
+        {
+            "name": "k",
+            "definition": problem.name,
+            "spec": {
+                "languages": ["pytorch"],
+                "target_hardware": ["LOCAL"],
+                "entry_point": "k.py::run",
+                "destination_passing_style": False,
+            },
+            "sources": [{"path": "k.py", "content": body}],
+        }
+    )
     report = run_audit(problem, solution, stages=["intake", "probes"], seed=3)
     stage = next(s for s in report.stages if s.name == "probes")
     return stage.status, stage.summary, stage.metrics
@@ -96,7 +105,9 @@ def _probes(problem: Problem, body: str) -> tuple[StageStatus, str, dict[str, ob
 
 @pytest.fixture(scope="module")
 def gemm(tmp_path_factory: pytest.TempPathFactory) -> Problem:
-    return _problem(tmp_path_factory.mktemp("gemm"), GEMM, [{"m": 32, "k": 512, "n": 48}, {"m": 64, "k": 1024, "n": 32}])
+    return _problem(
+        tmp_path_factory.mktemp("gemm"), GEMM, [{"m": 32, "k": 512, "n": 48}, {"m": 64, "k": 1024, "n": 32}]
+    )
 
 
 @pytest.mark.slow
@@ -132,8 +143,8 @@ def test_the_honest_yardstick_widens_only_where_honest_orders_err() -> None:
     sequential = torch.zeros(8)
     bf16 = torch.zeros(8, dtype=torch.bfloat16)
     for s in range(0, x.shape[1], 256):  # a naive accumulator over tiles: fp32, and bf16
-        sequential = sequential + x[:, s:s + 256].sum(-1)
-        bf16 = (bf16.float() + x[:, s:s + 256].sum(-1)).bfloat16()
+        sequential = sequential + x[:, s : s + 256].sum(-1)
+        bf16 = (bf16.float() + x[:, s : s + 256].sum(-1)).bfloat16()
     bf16 = bf16.float()
     budget = OutputBudget(group_dims=[0], max_ratio=4.0)
     honest = {}

@@ -60,10 +60,15 @@ def test_cutile_audit_on_a_gpu_it_cannot_target_is_an_error_naming_it() -> None:
     from worker.formats import load_solution
 
     problem = load_problem(FIXTURES)
-    problem = dataclasses.replace(problem, workloads_gpu=tuple(
-        w for w in problem.workloads_gpu if not any(i.type == "safetensors" for i in w.inputs.values())))
-    report = run_audit(problem, load_solution(FIXTURES / "solution_cutile.json"), device="cuda",
-                       stages=("intake", "benchmark"))
+    problem = dataclasses.replace(
+        problem,
+        workloads_gpu=tuple(
+            w for w in problem.workloads_gpu if not any(i.type == "safetensors" for i in w.inputs.values())
+        ),
+    )
+    report = run_audit(
+        problem, load_solution(FIXTURES / "solution_cutile.json"), device="cuda", stages=("intake", "benchmark")
+    )
     intake = {s.name: s for s in report.stages}["intake"]
     assert str(intake.status) == "error", intake.summary
     assert "compute capability 10.x or 12.x" in intake.summary or "tileiras" in intake.summary

@@ -15,18 +15,21 @@ EMB = load_catalogue().get("embedding_backward")
 
 
 def _solution(body: str) -> Solution:
-    return Solution(name="inline", definition=EMB.name,
-                    spec=SolutionSpec(language="python", entry_point="kernel.py::run", destination_passing_style=True),
-                    sources=[SourceFile(path="kernel.py", content=body)])
+    return Solution(
+        name="inline",
+        definition=EMB.name,
+        spec=SolutionSpec(language="python", entry_point="kernel.py::run", destination_passing_style=True),
+        sources=[SourceFile(path="kernel.py", content=body)],
+    )
 
 
 def test_out_of_memory_in_the_kernel_makes_the_stage_inconclusive_not_failed() -> None:
-    body = '''
+    body = """
 import torch
 
 def run(indices, grad_output, num_embeddings, padding_idx, grad_weight):
     raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 128.00 MiB.")
-'''
+"""
     report = run_audit(EMB, _solution(body), stages=["intake", "benchmark", "probes"], seed=1, isolation="none")
     by = {s.name: s for s in report.stages}
     assert by["benchmark"].status is StageStatus.error, by["benchmark"].summary
@@ -35,10 +38,10 @@ def run(indices, grad_output, num_embeddings, padding_idx, grad_weight):
 
 
 def test_any_other_exception_in_the_kernel_still_fails() -> None:
-    body = '''
+    body = """
 def run(indices, grad_output, num_embeddings, padding_idx, grad_weight):
     raise RuntimeError("boom")
-'''
+"""
     report = run_audit(EMB, _solution(body), stages=["intake", "benchmark"], seed=1, isolation="none")
     by = {s.name: s for s in report.stages}
     assert by["benchmark"].status is StageStatus.failed, by["benchmark"].summary

@@ -61,7 +61,9 @@ def benchmark_rule_passes(problem: Problem, solution: Solution) -> list[str]:
         sb.load(solution)
         for i, w in enumerate(problem.workloads("cpu")):
             case = build_case(problem.definition, reference, w, seed=1000 + i, folder=problem.folder)
-            reply = sb.request("call", {"args": case.args(problem.definition), "outputs": case.output_specs(problem.definition)})
+            reply = sb.request(
+                "call", {"args": case.args(problem.definition), "outputs": case.output_specs(problem.definition)}
+            )
             refs = reference.run(case.args(problem.definition))
             for (name, spec), out, ref in zip(problem.definition.outputs.items(), reply["outputs"], refs):
                 cmp = compare_output(name, out, ref, to_torch(spec.dtype), problem.spec.tolerance)
@@ -111,8 +113,13 @@ def test_index_count_buckets_and_reduction_groups() -> None:
     oracle[0] = 0
     out = oracle.to(torch.bfloat16)
     e: OutputError = measure_output(
-        "g", out, oracle, torch.bfloat16, OutputBudget(group_dims=[0], bucket_by=BucketBy(kind="index_count", input="i")),
-        labels=labels, bucket_kind="index_count:i",
+        "g",
+        out,
+        oracle,
+        torch.bfloat16,
+        OutputBudget(group_dims=[0], bucket_by=BucketBy(kind="index_count", input="i")),
+        labels=labels,
+        bucket_kind="index_count:i",
     )
     assert [b.label for b in e.buckets] == ["0", "1", "8-63", ">=512"]
     assert [b.groups for b in e.buckets] == [0, 1, 1, 1] and e.buckets[0].zero_groups == 1
@@ -192,7 +199,9 @@ def test_bf16_accumulator_passes_the_benchmark_rule_on_uniform_ids() -> None:
         ("split_bf16_partials", "order_invariance", True),
     ],
 )
-def test_behavioural_check_catches_a_probe_only_failure(fixture: str, check: str, benchmark_passes: bool | None) -> None:
+def test_behavioural_check_catches_a_probe_only_failure(
+    fixture: str, check: str, benchmark_passes: bool | None
+) -> None:
     solution = fixture_solution(fixture)
     result = run_probes(EMB, solution, only=["zipf_s1.2", "odd_noncontiguous"])
     assert result.status is StageStatus.failed
@@ -215,7 +224,9 @@ def test_behavioural_check_catches_a_probe_only_failure(fixture: str, check: str
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize(("solution_name", "passes"), [("triton_fp32", True), ("triton_bf16_atomic", False)])
-def test_gpu_profile_separates_fp32_atomics_from_bf16_atomics(solution_name: str, passes: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_gpu_profile_separates_fp32_atomics_from_bf16_atomics(
+    solution_name: str, passes: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     ctx = AuditContext(problem=EMB, solution=EMB.example_solution(solution_name), device="cuda", seed=5)
     try:

@@ -18,11 +18,14 @@ from worker.sandbox.isolation import processes_in_pid_namespace
 
 
 def _solution(body: str, dps: bool = True) -> Solution:
-    return Solution.model_validate({
-        "name": "probe", "definition": "embedding_backward",
-        "spec": {"language": "python", "entry_point": "k.py::run", "destination_passing_style": dps},
-        "sources": [{"path": "k.py", "content": body}],
-    })
+    return Solution.model_validate(
+        {
+            "name": "probe",
+            "definition": "embedding_backward",
+            "spec": {"language": "python", "entry_point": "k.py::run", "destination_passing_style": dps},
+            "sources": [{"path": "k.py", "content": body}],
+        }
+    )
 
 
 def test_environment_is_scrubbed_and_home_is_private(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -64,7 +67,9 @@ def test_timeout_kills_everything_the_submission_started(isolation: Isolation) -
         assert processes_in_pid_namespace(ns) == []
     else:
         time.sleep(0.5)
-        leftovers = [int(d) for d in os.listdir("/proc") if d.isdigit() and _pgid(int(d)) == pid and not _zombie(int(d))]
+        leftovers = [
+            int(d) for d in os.listdir("/proc") if d.isdigit() and _pgid(int(d)) == pid and not _zombie(int(d))
+        ]
         assert leftovers == []
     assert not sb.alive
 
@@ -84,9 +89,13 @@ def test_the_child_dies_when_its_parent_is_killed_outright(tmp_path: Path) -> No
     )
     # busy in the kernel, the child never reads the pipe, so it cannot notice that the parent is gone
     busy = _solution("import time\ndef run(x):\n    time.sleep(600)\n", dps=False)
-    parent = subprocess.Popen([sys.executable, str(script), busy.model_dump_json()], stdout=subprocess.PIPE, text=True,
-                              cwd=Path(__file__).resolve().parents[2],
-                              env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])})
+    parent = subprocess.Popen(
+        [sys.executable, str(script), busy.model_dump_json()],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=Path(__file__).resolve().parents[2],
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
+    )
     child = -1
     try:
         assert parent.stdout is not None
@@ -162,7 +171,9 @@ def test_outputs_are_poisoned_and_returned_as_plain_tensors() -> None:
     # DPS kernel that writes nothing: the poison is what comes back
     with Sandbox("cpu") as sb:
         sb.load(_solution("def run(x, y):\n    pass\n"))
-        rep = sb.request("call", {"args": [torch.zeros(2)], "outputs": [{"shape": [2], "dtype": "bfloat16"}], "poison": float("nan")})
+        rep = sb.request(
+            "call", {"args": [torch.zeros(2)], "outputs": [{"shape": [2], "dtype": "bfloat16"}], "poison": float("nan")}
+        )
     (out,) = rep["outputs"]
     assert out.dtype == torch.bfloat16 and torch.isnan(out).all()
     assert rep["exact_tensor_types"] == [True]

@@ -17,11 +17,14 @@ BIG = (1024, 1024)  # 4 MB in fp32: over SPILL_BYTES
 
 
 def _solution(body: str, dps: bool = True) -> Solution:
-    return Solution.model_validate({
-        "name": "spill", "definition": "rmsnorm_forward",
-        "spec": {"language": "python", "entry_point": "k.py::run", "destination_passing_style": dps},
-        "sources": [{"path": "k.py", "content": body}],
-    })
+    return Solution.model_validate(
+        {
+            "name": "spill",
+            "definition": "rmsnorm_forward",
+            "spec": {"language": "python", "entry_point": "k.py::run", "destination_passing_style": dps},
+            "sources": [{"path": "k.py", "content": body}],
+        }
+    )
 
 
 def _spill_files(sb: Sandbox) -> list[str]:
@@ -34,11 +37,14 @@ def test_large_inputs_and_outputs_round_trip_through_files() -> None:
     small = torch.randn(4)
     with Sandbox("cpu") as sb:
         sb.load(_solution("def run(x, s, out, out_small):\n    out.copy_(x * 2)\n    out_small.copy_(s + 1)\n"))
-        reply = sb.request("call", {
-            "args": [x, small],
-            "outputs": [{"shape": list(BIG), "dtype": "float32"}, {"shape": [4], "dtype": "float32"}],
-            "poison": float("nan"),
-        })
+        reply = sb.request(
+            "call",
+            {
+                "args": [x, small],
+                "outputs": [{"shape": list(BIG), "dtype": "float32"}, {"shape": [4], "dtype": "float32"}],
+                "poison": float("nan"),
+            },
+        )
         assert _spill_files(sb) == []  # inputs removed after the reply, outputs after they were read
     assert torch.equal(reply["outputs"][0], x * 2)
     assert torch.equal(reply["outputs"][1], small + 1)
@@ -60,8 +66,15 @@ def test_with_digest_after_the_inputs_come_back_as_digests_that_show_a_write() -
     x, y = torch.zeros(BIG), torch.randn(BIG)
     with Sandbox("cpu") as sb:
         sb.load(_solution("def run(x, y, out):\n    x[7, 9] = -0.0\n    out.copy_(y)\n"))
-        reply = sb.request("call", {"args": [x, y], "outputs": [{"shape": list(BIG), "dtype": "float32"}],
-                                    "poison": None, "digest_after": True})
+        reply = sb.request(
+            "call",
+            {
+                "args": [x, y],
+                "outputs": [{"shape": list(BIG), "dtype": "float32"}],
+                "poison": None,
+                "digest_after": True,
+            },
+        )
     assert all(generated.is_digest(a) for a in reply["args_after"])
     result = checks.check_inputs_unmodified(["x", "y"], [("probe", [x, y], reply["args_after"])])
     assert not result.passed and result.details["mutated"] == {"x": ["probe"]}

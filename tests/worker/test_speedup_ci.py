@@ -15,8 +15,9 @@ from worker.stages.result import StageStatus
 EMB = load_catalogue().get("embedding_backward")
 
 
-def _blocks(rng: np.random.Generator, median_ms: float, blocks: int, per_block: int, drift: np.ndarray,
-            noise: float) -> list[list[float]]:
+def _blocks(
+    rng: np.random.Generator, median_ms: float, blocks: int, per_block: int, drift: np.ndarray, noise: float
+) -> list[list[float]]:
     """Timings whose population median is `median_ms` times each block's drift factor, with lognormal noise."""
     return [list(median_ms * drift[b] * rng.lognormal(0.0, noise, per_block)) for b in range(blocks)]
 

@@ -27,13 +27,16 @@ def test_a_registered_module_is_a_stage_before_the_verdict_and_a_valid_name(fres
     assert parse_stages("dummy") == ("intake", "dummy")
 
 
-@pytest.mark.parametrize(("module", "why"), [
-    ("elsewhere.dummy", "already my_stages.dummy"),
-    ("elsewhere.verdict", "judges the others"),
-    ("my_stages.Dummy", "lowercase letter"),
-    ("my-stages.dummy", "not a module path"),
-    ("my_stages." + "x" * 33, "up to 31"),
-])
+@pytest.mark.parametrize(
+    ("module", "why"),
+    [
+        ("elsewhere.dummy", "already my_stages.dummy"),
+        ("elsewhere.verdict", "judges the others"),
+        ("my_stages.Dummy", "lowercase letter"),
+        ("my-stages.dummy", "not a module path"),
+        ("my_stages." + "x" * 33, "up to 31"),
+    ],
+)
 def test_a_name_that_is_taken_or_unstorable_is_refused(fresh: None, module: str, why: str) -> None:
     registry.register_stage("my_stages.dummy")
     with pytest.raises(registry.StageRegistryError, match=why):

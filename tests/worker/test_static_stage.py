@@ -26,10 +26,15 @@ def _rules(src: str, entry: str | None = "run", languages: list[Language] | None
 
 
 def _solution(sources: dict[str, str], languages: list[Language] | None = None, dps: bool = True) -> Solution:
-    spec = SolutionSpec(languages=languages or ["pytorch"], entry_point=f"{next(iter(sources))}::run",
-                        destination_passing_style=dps)
-    return Solution(name="s", definition="embedding_backward", spec=spec,
-                    sources=[SourceFile(path=p, content=c) for p, c in sources.items()])
+    spec = SolutionSpec(
+        languages=languages or ["pytorch"], entry_point=f"{next(iter(sources))}::run", destination_passing_style=dps
+    )
+    return Solution(
+        name="s",
+        definition="embedding_backward",
+        spec=spec,
+        sources=[SourceFile(path=p, content=c) for p, c in sources.items()],
+    )
 
 
 @pytest.mark.parametrize(("problem", "name", "solution"), EXAMPLES, ids=[f"{p}/{n}" for p, n, _ in EXAMPLES])
@@ -44,7 +49,11 @@ def test_every_catalogue_example_passes_static(problem: str, name: str, solution
 CHEATS = [
     ("import time\ntime.perf_counter = lambda: 0.0\n", "timer-monkeypatch", "fail"),
     ("import time as t\nt.perf_counter = lambda: 0.0\n", "timer-monkeypatch", "fail"),
-    ("import time\nfrom time import perf_counter\nsetattr(time, 'perf_counter', perf_counter)\n", "timer-monkeypatch", "fail"),
+    (
+        "import time\nfrom time import perf_counter\nsetattr(time, 'perf_counter', perf_counter)\n",
+        "timer-monkeypatch",
+        "fail",
+    ),
     ("import torch\nc = torch.cuda\nc.synchronize = lambda *a: None\n", "timer-monkeypatch", "fail"),
     ("import torch\ntorch.cuda.Event.elapsed_time = lambda s, e: 1e-3\n", "timer-monkeypatch", "fail"),
     ("from torch.cuda import Event\nEvent.record = lambda self: None\n", "timer-monkeypatch", "fail"),
@@ -77,8 +86,16 @@ CHEATS = [
     ("exec('x = 1')\n", "dynamic-code", "fail"),
     ("m = __import__('ti' + 'me')\n", "dynamic-code", "fail"),
     ("import torch\nclass Lazy(torch.Tensor):\n    pass\n", "tensor-subclass", "fail"),
-    ("class T:\n    @classmethod\n    def __torch_function__(cls, f, t, a=(), k=None):\n        pass\n", "tensor-subclass", "fail"),
-    ("_C = {}\ndef run(x, out):\n    if x.data_ptr() in _C:\n        out.copy_(_C[x.data_ptr()])\n", "output-cache", "fail"),
+    (
+        "class T:\n    @classmethod\n    def __torch_function__(cls, f, t, a=(), k=None):\n        pass\n",
+        "tensor-subclass",
+        "fail",
+    ),
+    (
+        "_C = {}\ndef run(x, out):\n    if x.data_ptr() in _C:\n        out.copy_(_C[x.data_ptr()])\n",
+        "output-cache",
+        "fail",
+    ),
     ("_C = {}\ndef run(x, out):\n    key = (id(x), x.shape)\n    hit = _C.get(key)\n", "output-cache", "fail"),
     ("def run(x, out, _memo={}):\n    _memo[id(x)] = out\n", "output-cache", "fail"),
     ("import functools\n@functools.lru_cache(maxsize=None)\ndef run(x):\n    return x\n", "memoized-entry", "fail"),
@@ -88,7 +105,11 @@ CHEATS = [
     ("import torch\ndef run(x, out):\n    acc = torch.zeros(4, dtype=torch.bfloat16)\n", "low-precision-cast", "warn"),
     ("import triton.language as tl\ndef k(x):\n    return x.to(tl.float8e4nv)\n", "low-precision-cast", "warn"),
     ("import torch\ntorch.backends.cuda.matmul.allow_tf32 = True\n", "precision-downgrade", "warn"),
-    ("import torch\ntorch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = True\n", "precision-downgrade", "warn"),
+    (
+        "import torch\ntorch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = True\n",
+        "precision-downgrade",
+        "warn",
+    ),
     ("import torch\ntorch.set_float32_matmul_precision('medium')\n", "precision-downgrade", "warn"),
     ("def run(x, out):\n    return x.data_ptr()\n", "data-ptr", "warn"),
     ("done = False\ndef run(x, out):\n    global done\n    done = True\n", "cross-call-state", "warn"),
@@ -142,14 +163,33 @@ CHEATS = [
     ("import torch\ntorch.ops.load_library('libops.so')\n", "foreign-code", "fail"),
     ("import torch\nm = torch.jit.load('m.pt')\n", "foreign-code", "fail"),
     ("import sys\nsys.path.insert(0, '/tmp/elsewhere')\n", "foreign-code", "fail"),
-    ("from torch.utils.cpp_extension import load_inline\nm = load_inline('k', cpp_sources='int f();')\n", "foreign-code", "fail"),
+    (
+        "from torch.utils.cpp_extension import load_inline\nm = load_inline('k', cpp_sources='int f();')\n",
+        "foreign-code",
+        "fail",
+    ),
     # a cache keyed on a few sampled input values (issue 9: "11.5x faster")
-    ("_C = {}\ndef run(x, out):\n    key = tuple(x[:4].tolist())\n    hit = _C.get(key)\n", "value-keyed-cache", "fail"),
-    ("_C = {}\ndef run(x, out):\n    if x[0].item() in _C:\n        out.copy_(_C[x[0].item()])\n", "value-keyed-cache", "fail"),
+    (
+        "_C = {}\ndef run(x, out):\n    key = tuple(x[:4].tolist())\n    hit = _C.get(key)\n",
+        "value-keyed-cache",
+        "fail",
+    ),
+    (
+        "_C = {}\ndef run(x, out):\n    if x[0].item() in _C:\n        out.copy_(_C[x[0].item()])\n",
+        "value-keyed-cache",
+        "fail",
+    ),
     # keys built in a helper function
-    ("_C = {}\ndef _k(x):\n    return tuple(x[:4].tolist())\ndef run(x, out):\n    if _k(x) in _C:\n        out.copy_(_C[_k(x)])\n",
-     "value-keyed-cache", "fail"),
-    ("_C = {}\ndef _k(x):\n    p = x.data_ptr()\n    return (p, 1)\ndef run(x, out):\n    _C[_k(x)] = out\n", "output-cache", "fail"),
+    (
+        "_C = {}\ndef _k(x):\n    return tuple(x[:4].tolist())\ndef run(x, out):\n    if _k(x) in _C:\n        out.copy_(_C[_k(x)])\n",
+        "value-keyed-cache",
+        "fail",
+    ),
+    (
+        "_C = {}\ndef _k(x):\n    p = x.data_ptr()\n    return (p, 1)\ndef run(x, out):\n    _C[_k(x)] = out\n",
+        "output-cache",
+        "fail",
+    ),
     ("import os\ndef run():\n    return os.environ.get('CUDA_VISIBLE_DEVICES')\n", "env-read", "warn"),
 ]
 
@@ -208,7 +248,9 @@ def test_stage_fails_on_any_fail_rule_and_reports_warnings() -> None:
     helper = "import torch\n\ndef cast(x):\n    return x.bfloat16()\n"
     bad = "import time\nfrom helper import cast\n\ndef run(i, g, n, p, out):\n    out.copy_(cast(g))\n\ntime.time = lambda: 0.0\n"
     sol = Solution(
-        name="two_files", definition=problem.name, spec=spec,
+        name="two_files",
+        definition=problem.name,
+        spec=spec,
         sources=[SourceFile(path="kernel.py", content=bad), SourceFile(path="helper.py", content=helper)],
     )
     result = static.run(AuditContext(problem=problem, solution=sol))
@@ -221,7 +263,14 @@ def test_stage_fails_on_any_fail_rule_and_reports_warnings() -> None:
     files = {f["file"] for f in result.evidence["findings"]}
     assert files == {"kernel.py", "helper.py"}
 
-    good = sol.model_copy(update={"sources": [SourceFile(path="kernel.py", content=bad.replace("time.time = lambda: 0.0\n", "")), sol.sources[1]]})
+    good = sol.model_copy(
+        update={
+            "sources": [
+                SourceFile(path="kernel.py", content=bad.replace("time.time = lambda: 0.0\n", "")),
+                sol.sources[1],
+            ]
+        }
+    )
     result = static.run(AuditContext(problem=problem, solution=good))
     assert result.status is StageStatus.passed
     assert "1 warning(s): low-precision-cast" in result.summary
@@ -282,7 +331,9 @@ def test_kernelguard_signals_only_warn() -> None:
 def test_kernelguard_that_does_not_finish_is_stopped_and_reported() -> None:
     """A source that stalls kernelguard must not stall the worker: its process is killed at the limit, and the
     stage says kernelguard's checks are missing (a warning: our own rules ran in full)."""
-    (f,) = scan_solution_with_kernelguard(_solution({"kernel.py": "def run(x, out):\n    out.copy_(x)\n"}), time_limit_s=0.001)
+    (f,) = scan_solution_with_kernelguard(
+        _solution({"kernel.py": "def run(x, out):\n    out.copy_(x)\n"}), time_limit_s=0.001
+    )
     assert (f.rule, f.severity) == ("kernelguard-incomplete", "warn")
     assert "longer than 0.001 s" in f.message
 
@@ -304,17 +355,27 @@ def test_the_scan_reads_exactly_the_paths_the_sandbox_writes() -> None:
     evil = "import time\ntime.perf_counter = lambda: 0.0\n"
     for alias in ("k.py/", "./k.py"):
         spec = SolutionSpec(languages=["pytorch"], entry_point="k.py::run")
-        forged = Solution.model_construct(name="alias", definition=problem.name, author="", description="", spec=spec,
-                                          sources=[SourceFile(path="k.py", content=clean),
-                                                   SourceFile.model_construct(path=alias, content=evil)],
-                                          compat_notes=[])
+        forged = Solution.model_construct(
+            name="alias",
+            definition=problem.name,
+            author="",
+            description="",
+            spec=spec,
+            sources=[SourceFile(path="k.py", content=clean), SourceFile.model_construct(path=alias, content=evil)],
+            compat_notes=[],
+        )
         result = static.run(AuditContext(problem=problem, solution=forged))
         assert result.status is StageStatus.failed and "path-alias" in result.metrics["fail_rules"], result.summary
         assert f"{alias!r}" in result.summary
-    twice = Solution.model_construct(name="twice", definition=problem.name, author="", description="",
-                                     spec=SolutionSpec(languages=["pytorch"], entry_point="k.py::run"),
-                                     sources=[SourceFile(path="k.py", content=clean), SourceFile(path="k.py", content=evil)],
-                                     compat_notes=[])
+    twice = Solution.model_construct(
+        name="twice",
+        definition=problem.name,
+        author="",
+        description="",
+        spec=SolutionSpec(languages=["pytorch"], entry_point="k.py::run"),
+        sources=[SourceFile(path="k.py", content=clean), SourceFile(path="k.py", content=evil)],
+        compat_notes=[],
+    )
     result = static.run(AuditContext(problem=problem, solution=twice))
     assert result.status is StageStatus.failed and "is given twice" in result.summary
     # a valid multi-file solution: the scan's paths are the sandbox's, one each

@@ -37,8 +37,12 @@ def fresh_text_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterato
 def test_jitter_bounds_hold_every_draw_and_span_the_stated_size(catalogue: Catalogue, v: int) -> None:
     definition = catalogue.get("cross_entropy").definition
     lo, hi = jitter_bounds(v)
-    drawn = {jittered_keeping_divisibility(definition, {"num_tokens": 4, "vocab_size": v}, torch.Generator().manual_seed(s))
-             .get("vocab_size", v) for s in range(300)}
+    drawn = {
+        jittered_keeping_divisibility(
+            definition, {"num_tokens": 4, "vocab_size": v}, torch.Generator().manual_seed(s)
+        ).get("vocab_size", v)
+        for s in range(300)
+    }
     assert lo <= min(drawn) and max(drawn) <= hi, (v, lo, hi, sorted(drawn)[:3], sorted(drawn)[-3:])
     if v >= 1000:  # (a small power of two, 8, has no other size of its own divisibility within 25%)
         assert lo < v < hi and lo >= 0.75 * v and hi <= 1.25 * v
@@ -56,7 +60,10 @@ def test_warm_sizes_cover_every_real_text_draw_of_the_catalogue(catalogue: Catal
                     continue
                 axis = gen.params["high_axis"]
                 for s in range(100):
-                    drawn = {**axes, **jittered_keeping_divisibility(problem.definition, axes, torch.Generator().manual_seed(s))}
+                    drawn = {
+                        **axes,
+                        **jittered_keeping_divisibility(problem.definition, axes, torch.Generator().manual_seed(s)),
+                    }
                     want = text_vocab(drawn[axis])
                     assert want in sizes, (problem.name, probe.name, drawn[axis], want, sorted(sizes))
                     seen += 1
@@ -73,7 +80,9 @@ def _built(folder: Path) -> list[int]:
     return sorted(int(p.name.split("-")[1]) for p in folder.glob("ids-*.npy"))
 
 
-def test_warm_builds_each_size_once_then_audits_read_it(fresh_text_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_warm_builds_each_size_once_then_audits_read_it(
+    fresh_text_cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     took = warm_text_cache([512, 768])
     assert sorted(took) == [512, 768]
     assert _built(fresh_text_cache) == [512, 768]

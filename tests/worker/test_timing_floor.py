@@ -53,7 +53,9 @@ def test_the_peak_comes_from_the_setting_then_the_device_then_its_name() -> None
     named = peak_bandwidth("NVIDIA GB200", object(), gpu=True)  # a torch that exposes neither field
     assert named is not None and named.source == "name_table" and named.bytes_per_s == KNOWN_PEAKS["GB200"]
     unknown = peak_bandwidth("NVIDIA Z9000", None, gpu=True)
-    assert unknown is not None and unknown.source == "fastest_known" and unknown.bytes_per_s == max(KNOWN_PEAKS.values())
+    assert (
+        unknown is not None and unknown.source == "fastest_known" and unknown.bytes_per_s == max(KNOWN_PEAKS.values())
+    )
     set_ = peak_bandwidth("NVIDIA H200", h100, gpu=True, setting=1e13)
     assert set_ is not None and set_.source == "setting" and set_.bytes_per_s == 1e13
     assert peak_bandwidth(None, None, gpu=False) is None  # the CPU: no floor unless the setting names one
@@ -71,8 +73,13 @@ def test_a_lookup_table_counts_only_the_rows_its_ids_select() -> None:
     vocab, hidden, tokens = 50_000, 64, 4096
     indices = torch.randint(0, 100, (tokens,), generator=torch.Generator().manual_seed(0))
     indices[:5] = -1  # padding sentinels select nothing
-    args = [indices, torch.zeros(vocab, hidden, dtype=torch.bfloat16), torch.ones(hidden, dtype=torch.bfloat16),
-            torch.zeros(tokens, hidden, dtype=torch.bfloat16), 1e-6]
+    args = [
+        indices,
+        torch.zeros(vocab, hidden, dtype=torch.bfloat16),
+        torch.ones(hidden, dtype=torch.bfloat16),
+        torch.zeros(tokens, hidden, dtype=torch.bfloat16),
+        1e-6,
+    ]
     outs = [{"shape": [vocab, hidden], "dtype": "bfloat16"}, {"shape": [hidden], "dtype": "bfloat16"}]
     t = bytes_touched(definition, args, outs)
     distinct = int(torch.unique(indices[indices >= 0]).numel())

@@ -113,8 +113,17 @@ def test_the_stage_takes_the_lock_only_around_its_timed_window(tmp_path: Path, m
 
     result: dict[str, Any] = {}
     with exclusive(lock_path("cpu", tmp_path)):
-        t = threading.Thread(target=lambda: result.update(report=run_audit(
-            emb, emb.example_solution("pytorch_fp32"), stages=["intake", "benchmark"], seed=11, progress=progress)))
+        t = threading.Thread(
+            target=lambda: result.update(
+                report=run_audit(
+                    emb,
+                    emb.example_solution("pytorch_fp32"),
+                    stages=["intake", "benchmark"],
+                    seed=11,
+                    progress=progress,
+                )
+            )
+        )
         t.start()
         assert waiting.wait(300), messages[-5:]
         rounds = [m for m in messages if m.startswith("benchmark: workload")]

@@ -50,32 +50,59 @@ def test_safetensors_from_bytes_picks_the_tensor_and_reads_bf16() -> None:
     assert torch.equal(loaded.values, torch.tensor([0.5, 0.0, 2.0, 1e-3], dtype=torch.bfloat16).double())
 
 
-@pytest.mark.parametrize(("data", "fmt", "kind", "key", "field", "message"), [
-    (_npy(np.array([1, -2, 3])), "npy", "auto", None, "data", "must be >= 0"),
-    (_npy(np.ones((2, 2))), "npy", "auto", None, "data", "non-empty 1-D"),
-    (_npy(np.array([], dtype=np.int64)), "npy", "auto", None, "data", "non-empty 1-D"),
-    (_npy(np.array([True, False])), "npy", "auto", None, "data", "neither integer nor floating"),
-    (_npy(np.array(["a", "b"])), "npy", "auto", None, "data", "neither integer nor floating"),
-    (_npy(np.array([0.5, 1.5])), "npy", "sample", None, "kind", "must be an integer array"),
-    (_npy(np.array([1.0, np.nan])), "npy", "auto", None, "data", "finite, non-negative counts"),
-    (_npy(np.array([0.0, 0.0])), "npy", "histogram", None, "data", "positive sum"),
-    (_npy(np.array([1, 2])), "npy", "auto", "ids", "key", "a .npy file holds one array"),
-    (_npy(np.array([1, 2])), "npy", "zipf", None, "kind", "kind must be one of"),
-    (_npy(np.array([1, 2]))[:-3], "npy", "auto", None, "data", "but 13 bytes follow it"),
-    (_npy(np.array([1, 2])) + b"xx", "npy", "auto", None, "data", "but 18 bytes follow it"),
-    (b"1 2 3\n", "npy", "auto", None, "data", "not a readable .npy array"),
-    (b"\x00" * 40, "safetensors", "auto", None, "data", "not a readable safetensors file"),
-    (save_safetensors({"a": torch.ones(3), "b": torch.ones(3)}), "safetensors", "auto", None, "key", "name the tensor"),
-    (save_safetensors({"a": torch.ones(3)}), "safetensors", "auto", "nope", "key", "no tensor 'nope'"),
-    (save_safetensors({"a": torch.ones(3, dtype=torch.bool)}), "safetensors", "auto", None, "data", "neither integer nor floating"),
-    (save_safetensors({"a": torch.tensor([2**63 + 5], dtype=torch.uint64)}), "safetensors", "auto", None, "data", "below 2**63"),
-])
-def test_bad_bytes_name_the_field_and_what_to_change(data: bytes, fmt: str, kind: str, key: str | None, field: str,
-                                                     message: str) -> None:
+@pytest.mark.parametrize(
+    ("data", "fmt", "kind", "key", "field", "message"),
+    [
+        (_npy(np.array([1, -2, 3])), "npy", "auto", None, "data", "must be >= 0"),
+        (_npy(np.ones((2, 2))), "npy", "auto", None, "data", "non-empty 1-D"),
+        (_npy(np.array([], dtype=np.int64)), "npy", "auto", None, "data", "non-empty 1-D"),
+        (_npy(np.array([True, False])), "npy", "auto", None, "data", "neither integer nor floating"),
+        (_npy(np.array(["a", "b"])), "npy", "auto", None, "data", "neither integer nor floating"),
+        (_npy(np.array([0.5, 1.5])), "npy", "sample", None, "kind", "must be an integer array"),
+        (_npy(np.array([1.0, np.nan])), "npy", "auto", None, "data", "finite, non-negative counts"),
+        (_npy(np.array([0.0, 0.0])), "npy", "histogram", None, "data", "positive sum"),
+        (_npy(np.array([1, 2])), "npy", "auto", "ids", "key", "a .npy file holds one array"),
+        (_npy(np.array([1, 2])), "npy", "zipf", None, "kind", "kind must be one of"),
+        (_npy(np.array([1, 2]))[:-3], "npy", "auto", None, "data", "but 13 bytes follow it"),
+        (_npy(np.array([1, 2])) + b"xx", "npy", "auto", None, "data", "but 18 bytes follow it"),
+        (b"1 2 3\n", "npy", "auto", None, "data", "not a readable .npy array"),
+        (b"\x00" * 40, "safetensors", "auto", None, "data", "not a readable safetensors file"),
+        (
+            save_safetensors({"a": torch.ones(3), "b": torch.ones(3)}),
+            "safetensors",
+            "auto",
+            None,
+            "key",
+            "name the tensor",
+        ),
+        (save_safetensors({"a": torch.ones(3)}), "safetensors", "auto", "nope", "key", "no tensor 'nope'"),
+        (
+            save_safetensors({"a": torch.ones(3, dtype=torch.bool)}),
+            "safetensors",
+            "auto",
+            None,
+            "data",
+            "neither integer nor floating",
+        ),
+        (
+            save_safetensors({"a": torch.tensor([2**63 + 5], dtype=torch.uint64)}),
+            "safetensors",
+            "auto",
+            None,
+            "data",
+            "below 2**63",
+        ),
+    ],
+)
+def test_bad_bytes_name_the_field_and_what_to_change(
+    data: bytes, fmt: str, kind: str, key: str | None, field: str, message: str
+) -> None:
     with pytest.raises(TokenStatsError, match=re.escape(message)) as err:
         parse(data, fmt, kind, key)  # type: ignore[arg-type]
     assert err.value.field == field
-    with pytest.raises(TokenStatsError, match=re.escape(message)):  # the worker's loader: the same reader, the same refusal
+    with pytest.raises(
+        TokenStatsError, match=re.escape(message)
+    ):  # the worker's loader: the same reader, the same refusal
         LoadedTokenStats.from_bytes(data, fmt, kind, key, source="upload")  # type: ignore[arg-type]
 
 
@@ -97,7 +124,7 @@ def test_histograms_beyond_what_multinomial_draws_from_are_refused() -> None:
 
 def test_format_comes_from_the_file_name() -> None:
     assert format_of("a/b/IDS.NPY") == "npy" and format_of("x.safetensors") == "safetensors"
-    with pytest.raises(TokenStatsError, match=".npy or .safetensors"):
+    with pytest.raises(TokenStatsError, match=r"\.npy or \.safetensors"):
         format_of("ids.txt")
 
 
@@ -106,10 +133,17 @@ def test_the_reader_does_not_import_torch() -> None:
     import subprocess
     import sys
 
-    code = ("import sys, io, numpy as np; from worker.probes.token_stats_read import parse; b = io.BytesIO(); "
-            "np.save(b, np.arange(5)); assert parse(b.getvalue(), 'npy').kind == 'sample'; "
-            "print('torch' in sys.modules)")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                         cwd=Path(__file__).resolve().parents[2])
+    code = (
+        "import sys, io, numpy as np; from worker.probes.token_stats_read import parse; b = io.BytesIO(); "
+        "np.save(b, np.arange(5)); assert parse(b.getvalue(), 'npy').kind == 'sample'; "
+        "print('torch' in sys.modules)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=Path(__file__).resolve().parents[2],
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"

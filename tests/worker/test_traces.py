@@ -17,15 +17,21 @@ from worker.uploaded import problem_from_bundle
 
 REFERENCE = "import torch\n\n\ndef run(x, scale):\n    return (x.float() * scale).sum(-1)\n"
 DEFINITION = {
-    "name": "trace_rowsum", "description": "Sum of each row of x times a scalar.",
+    "name": "trace_rowsum",
+    "description": "Sum of each row of x times a scalar.",
     "axes": {"rows": {"type": "var"}, "cols": {"type": "var"}},
     "inputs": {"x": {"shape": ["rows", "cols"], "dtype": "float32"}, "scale": {"shape": None, "dtype": "float32"}},
     "outputs": {"out": {"shape": ["rows"], "dtype": "float32"}},
     "reference": REFERENCE,
 }
-WORKLOADS = [{"uuid": f"w{r}", "axes": {"rows": r, "cols": 64}, "inputs": {"x": {"type": "random"},
-                                                                       "scale": {"type": "scalar", "value": 0.5}}}
-             for r in (8, 16, 32)]
+WORKLOADS = [
+    {
+        "uuid": f"w{r}",
+        "axes": {"rows": r, "cols": 64},
+        "inputs": {"x": {"type": "random"}, "scale": {"type": "scalar", "value": 0.5}},
+    }
+    for r in (8, 16, 32)
+]
 
 
 @pytest.fixture(scope="module")
@@ -35,11 +41,14 @@ def problem(tmp_path_factory: pytest.TempPathFactory) -> Problem:
 
 
 def _solution(body: str) -> Solution:
-    return Solution.model_validate({
-        "name": "candidate", "definition": DEFINITION["name"],
-        "spec": {"language": "python", "entry_point": "k.py::run", "destination_passing_style": False},
-        "sources": [{"path": "k.py", "content": body}],
-    })
+    return Solution.model_validate(
+        {
+            "name": "candidate",
+            "definition": DEFINITION["name"],
+            "spec": {"language": "python", "entry_point": "k.py::run", "destination_passing_style": False},
+            "sources": [{"path": "k.py", "content": body}],
+        }
+    )
 
 
 def _traces(problem: Problem, body: str) -> list[Trace]:
@@ -63,16 +72,23 @@ def test_a_correct_kernel_passes_every_workload_and_the_timed_one_has_its_latenc
     assert e.correctness is not None and e.correctness.max_absolute_error < 1e-4
 
 
-@pytest.mark.parametrize(("body", "status"), [
-    ("def run(x, scale):\n    return (x * scale).sum(-1) * 1.5\n", EvaluationStatus.INCORRECT_NUMERICAL),
-    ("def run(x, scale):\n    return (x * scale).sum(-1, keepdim=True)\n", EvaluationStatus.INCORRECT_SHAPE),
-    ("def run(x, scale):\n    return (x * scale).sum(-1).double()\n", EvaluationStatus.INCORRECT_DTYPE),
-    ("def run(x, scale):\n    raise RuntimeError('boom')\n", EvaluationStatus.RUNTIME_ERROR),
-    ("def run(x, scale)\n    return x\n", EvaluationStatus.COMPILE_ERROR),
-    ("import threading\n\ndef run(x, scale):\n    threading.Thread(target=print).start()\n    return (x * scale).sum(-1)\n",
-     EvaluationStatus.REWARD_HACK),
-])
-def test_a_bad_kernel_gets_the_status_sol_execbench_would_record(problem: Problem, body: str, status: EvaluationStatus) -> None:
+@pytest.mark.parametrize(
+    ("body", "status"),
+    [
+        ("def run(x, scale):\n    return (x * scale).sum(-1) * 1.5\n", EvaluationStatus.INCORRECT_NUMERICAL),
+        ("def run(x, scale):\n    return (x * scale).sum(-1, keepdim=True)\n", EvaluationStatus.INCORRECT_SHAPE),
+        ("def run(x, scale):\n    return (x * scale).sum(-1).double()\n", EvaluationStatus.INCORRECT_DTYPE),
+        ("def run(x, scale):\n    raise RuntimeError('boom')\n", EvaluationStatus.RUNTIME_ERROR),
+        ("def run(x, scale)\n    return x\n", EvaluationStatus.COMPILE_ERROR),
+        (
+            "import threading\n\ndef run(x, scale):\n    threading.Thread(target=print).start()\n    return (x * scale).sum(-1)\n",
+            EvaluationStatus.REWARD_HACK,
+        ),
+    ],
+)
+def test_a_bad_kernel_gets_the_status_sol_execbench_would_record(
+    problem: Problem, body: str, status: EvaluationStatus
+) -> None:
     traces = _traces(problem, body)
     assert traces, "every audited workload has a trace"
     assert traces[-1].evaluation is not None and traces[-1].evaluation.status is status, traces[-1].evaluation
@@ -91,8 +107,13 @@ def test_the_schema_refuses_fields_a_status_does_not_allow() -> None:
         Evaluation(status=EvaluationStatus.TIMEOUT, environment=env, timestamp="t", correctness=Correctness())
     Evaluation(status=EvaluationStatus.INCORRECT_NUMERICAL, environment=env, timestamp="t", correctness=Correctness())
     with pytest.raises(ValueError):
-        Evaluation(status=EvaluationStatus.INCORRECT_NUMERICAL, environment=env, timestamp="t",
-                   correctness=Correctness(), performance=Performance())
+        Evaluation(
+            status=EvaluationStatus.INCORRECT_NUMERICAL,
+            environment=env,
+            timestamp="t",
+            correctness=Correctness(),
+            performance=Performance(),
+        )
 
 
 def test_no_traces_for_workloads_never_evaluated(problem: Problem, tmp_path: Path) -> None:

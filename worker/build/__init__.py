@@ -22,6 +22,25 @@ from worker.build.result import MODULE_NAME, BuildResult
 from worker.build.sandboxed import CompileBudget
 from worker.build.toolchain import Toolchain, discover
 
-__all__ = ["CPP_LANGUAGES", "MODULE_NAME", "ArtifactMismatch", "BuildCache", "BuildRequest", "BuildResult",
-           "BuildSource", "CacheRefused", "CompileBudget", "EntrySymbolMissing", "FlagsRefused", "ModuleAlreadyLoaded", "PathPolicy",
-           "Refusal", "Toolchain", "build", "check_flags", "check_includes", "discover", "load_extension"]
+__all__ = [
+    "CPP_LANGUAGES",
+    "MODULE_NAME",
+    "ArtifactMismatch",
+    "BuildCache",
+    "BuildRequest",
+    "BuildResult",
+    "BuildSource",
+    "CacheRefused",
+    "CompileBudget",
+    "EntrySymbolMissing",
+    "FlagsRefused",
+    "ModuleAlreadyLoaded",
+    "PathPolicy",
+    "Refusal",
+    "Toolchain",
+    "build",
+    "check_flags",
+    "check_includes",
+    "discover",
+    "load_extension",
+]

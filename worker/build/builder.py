@@ -31,13 +31,24 @@ from worker.build.sandboxed import (
 from worker.build.toolchain import Toolchain, discover
 from worker.sandbox.isolation import Isolation
 
-_BUDGET_WORDS = {"wall_time": "wall time", "cpu_time": "CPU time", "memory": "memory", "output_size": "output size",
-                 "processes": "processes"}
+_BUDGET_WORDS = {
+    "wall_time": "wall time",
+    "cpu_time": "CPU time",
+    "memory": "memory",
+    "output_size": "output size",
+    "processes": "processes",
+}
 
 
-def build(request: BuildRequest, *, cache: BuildCache, budget: CompileBudget | None = None,
-          toolchain: Toolchain | None = None, isolation: Isolation = "namespaces",
-          work_root: Path | None = None) -> BuildResult:
+def build(
+    request: BuildRequest,
+    *,
+    cache: BuildCache,
+    budget: CompileBudget | None = None,
+    toolchain: Toolchain | None = None,
+    isolation: Isolation = "namespaces",
+    work_root: Path | None = None,
+) -> BuildResult:
     """Build `request` into a torch extension (module `benchmark_kernel`), or say why not.
 
     `isolation`: "namespaces" (the default, and the only one for untrusted sources) or "none" (a developer's own
@@ -47,8 +58,9 @@ def build(request: BuildRequest, *, cache: BuildCache, budget: CompileBudget | N
     tc = toolchain or discover()
 
     def done(**kw: object) -> BuildResult:
-        return BuildResult(entry_symbol=request.entry_symbol, seconds=round(time.monotonic() - t0, 3),
-                           isolation=isolation, **kw)  # type: ignore[arg-type]
+        return BuildResult(
+            entry_symbol=request.entry_symbol, seconds=round(time.monotonic() - t0, 3), isolation=isolation, **kw
+        )  # type: ignore[arg-type]
 
     missing = tc.missing_for(request)
     if missing:
@@ -57,12 +69,16 @@ def build(request: BuildRequest, *, cache: BuildCache, budget: CompileBudget | N
     folder = Path(tempfile.mkdtemp(prefix="build-", dir=work_root))
     try:
         layout = BuildLayout.for_folder(folder, isolated=isolation == "namespaces")
-        policy = PathPolicy(build_dir=str(layout.src),
-                            allowed_roots=tuple(str(p) for p in [*tc.header_roots(), *tc.library_roots()]))
+        policy = PathPolicy(
+            build_dir=str(layout.src), allowed_roots=tuple(str(p) for p in [*tc.header_roots(), *tc.library_roots()])
+        )
         refusals: list[Refusal] = []
         checked: dict[str, list[str]] = {}
-        for kind, flags in (("cflags", request.cflags), ("cuda_cflags", request.cuda_cflags),
-                            ("ld_flags", request.ld_flags)):
+        for kind, flags in (
+            ("cflags", request.cflags),
+            ("cuda_cflags", request.cuda_cflags),
+            ("ld_flags", request.ld_flags),
+        ):
             try:
                 checked[kind] = check_flags(kind, flags, policy)  # type: ignore[arg-type]
             except FlagsRefused as err:
@@ -70,18 +86,27 @@ def build(request: BuildRequest, *, cache: BuildCache, budget: CompileBudget | N
         refusals += includes.check_includes(request.sources)
         if refusals:
             lines = [str(r) for r in refusals]
-            return done(status="compile_error", message=f"refused before compiling: {lines[0]}",
-                        first_errors=lines[:20])
+            return done(
+                status="compile_error", message=f"refused before compiling: {lines[0]}", first_errors=lines[:20]
+            )
 
         arch_flags: list[str] = []
         if request.with_cuda and not names_gpu_arch(checked["cuda_cflags"]):
             if request.target_arch is None:
-                return done(status="toolchain_missing",
-                            message="no target GPU: the build needs target_arch (e.g. sm_90a) or an -arch flag",
-                            first_errors=["no target GPU architecture given"])
+                return done(
+                    status="toolchain_missing",
+                    message="no target GPU: the build needs target_arch (e.g. sm_90a) or an -arch flag",
+                    first_errors=["no target GPU architecture given"],
+                )
             arch_flags = gpu_arch_flags(request.target_arch)
-        key = build_key(request, checked["cflags"], checked["cuda_cflags"], checked["ld_flags"],
-                        request.target_arch if request.with_cuda else None, tc.versions())
+        key = build_key(
+            request,
+            checked["cflags"],
+            checked["cuda_cflags"],
+            checked["ld_flags"],
+            request.target_arch if request.with_cuda else None,
+            tc.versions(),
+        )
 
         cache_note = None
         try:
@@ -89,43 +114,75 @@ def build(request: BuildRequest, *, cache: BuildCache, budget: CompileBudget | N
         except CacheRefused as err:
             hit, cache_note = None, str(err)
         if hit is not None:
-            return done(status="built", artifact=hit.path, artifact_sha256=hit.entry.artifact_sha256, key=key,
-                        cached=True, message=f"cached build ({hit.entry.compile_seconds:.1f} s when compiled)")
+            return done(
+                status="built",
+                artifact=hit.path,
+                artifact_sha256=hit.entry.artifact_sha256,
+                key=key,
+                cached=True,
+                message=f"cached build ({hit.entry.compile_seconds:.1f} s when compiled)",
+            )
 
         prepare_folder(folder)
         for src in request.sources:
             target = folder / "src" / src.path
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(src.content)
-        (folder / "build.ninja").write_text(write_ninja(request, tc, layout, checked["cflags"], checked["cuda_cflags"],
-                                                        checked["ld_flags"], arch_flags))
+        (folder / "build.ninja").write_text(
+            write_ninja(request, tc, layout, checked["cflags"], checked["cuda_cflags"], checked["ld_flags"], arch_flags)
+        )
         assert tc.ninja is not None and tc.cxx is not None
         path_dirs = [tc.cxx.parent] + ([tc.nvcc.parent] if request.with_cuda and tc.nvcc is not None else [])
         try:
             run = run_ninja(layout, tc.ninja, path_dirs, budget, isolation, ro_roots=tc.sandbox_roots())
         except BuildUnavailable as err:
-            return done(status="toolchain_missing", message=str(err).splitlines()[0], first_errors=[str(err)[:500]],
-                        cache_note=cache_note)
+            return done(
+                status="toolchain_missing",
+                message=str(err).splitlines()[0],
+                first_errors=[str(err)[:500]],
+                cache_note=cache_note,
+            )
         strip = (str(layout.src), str(layout.root), str(layout.objects))
         log_tail = _tail(run.log, strip)
         if run.returncode != 0:
-            return done(**_failure(run, strip), compile_seconds=round(run.seconds, 3), compiler_log_tail=log_tail,
-                        cache_note=cache_note)
+            return done(
+                **_failure(run, strip),
+                compile_seconds=round(run.seconds, 3),
+                compiler_log_tail=log_tail,
+                cache_note=cache_note,
+            )
 
         read = audit_reads(folder, layout, tc)
         if read:
             lines = [str(r) for r in read]
-            return done(status="compile_error", message=f"the compile read a file outside what a solution may: "
-                        f"{read[0].flag}", first_errors=lines[:20], compile_seconds=round(run.seconds, 3),
-                        compiler_log_tail=log_tail, cache_note=cache_note)
+            return done(
+                status="compile_error",
+                message=f"the compile read a file outside what a solution may: {read[0].flag}",
+                first_errors=lines[:20],
+                compile_seconds=round(run.seconds, 3),
+                compiler_log_tail=log_tail,
+                cache_note=cache_note,
+            )
         built = folder / "out" / ARTIFACT
         if not built.is_file() or built.is_symlink():
-            return done(status="compile_error", message="the build produced no extension",
-                        compile_seconds=round(run.seconds, 3), compiler_log_tail=log_tail, cache_note=cache_note)
+            return done(
+                status="compile_error",
+                message="the build produced no extension",
+                compile_seconds=round(run.seconds, 3),
+                compiler_log_tail=log_tail,
+                cache_note=cache_note,
+            )
         stored = cache.store(key, built, request.entry_symbol, run.seconds)
-        return done(status="built", artifact=stored.path, artifact_sha256=stored.entry.artifact_sha256, key=key,
-                    compile_seconds=round(run.seconds, 3), compiler_log_tail=log_tail, cache_note=cache_note,
-                    message=f"compiled in {run.seconds:.1f} s")
+        return done(
+            status="built",
+            artifact=stored.path,
+            artifact_sha256=stored.entry.artifact_sha256,
+            key=key,
+            compile_seconds=round(run.seconds, 3),
+            compiler_log_tail=log_tail,
+            cache_note=cache_note,
+            message=f"compiled in {run.seconds:.1f} s",
+        )
     finally:
         remove_folder(folder)
 
@@ -135,10 +192,17 @@ def _failure(run: SandboxRun, strip: tuple[str, ...]) -> dict[str, object]:
     if run.budget_exceeded is not None:
         what = _BUDGET_WORDS[run.budget_exceeded]
         message = f"{BUDGET_EXCEEDED} ({what})"
-        return {"status": "compile_error", "message": message, "first_errors": [message, *errors][:8],
-                "budget_exceeded": run.budget_exceeded}
-    return {"status": "compile_error", "message": errors[0] if errors else f"the build failed (exit {run.returncode})",
-            "first_errors": errors}
+        return {
+            "status": "compile_error",
+            "message": message,
+            "first_errors": [message, *errors][:8],
+            "budget_exceeded": run.budget_exceeded,
+        }
+    return {
+        "status": "compile_error",
+        "message": errors[0] if errors else f"the build failed (exit {run.returncode})",
+        "first_errors": errors,
+    }
 
 
 def _tail(log: str, strip: tuple[str, ...], n: int = 4000) -> str:

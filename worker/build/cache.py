@@ -58,8 +58,14 @@ class CachedArtifact(BaseModel):
     entry: CacheEntry
 
 
-def build_key(request: BuildRequest, cflags: Sequence[str], cuda_cflags: Sequence[str], ld_flags: Sequence[str],
-              gpu_arch: str | None, toolchain_versions: dict[str, str]) -> str:
+def build_key(
+    request: BuildRequest,
+    cflags: Sequence[str],
+    cuda_cflags: Sequence[str],
+    ld_flags: Sequence[str],
+    gpu_arch: str | None,
+    toolchain_versions: dict[str, str],
+) -> str:
     """sha256 of a canonical JSON of everything the artifact depends on."""
     doc = {
         "format": KEY_FORMAT,
@@ -69,7 +75,9 @@ def build_key(request: BuildRequest, cflags: Sequence[str], cuda_cflags: Sequenc
         "dependencies": sorted(request.dependencies),
         "binding": request.binding,
         "entry_symbol": request.entry_symbol,
-        "cflags": list(cflags), "cuda_cflags": list(cuda_cflags), "ld_flags": list(ld_flags),
+        "cflags": list(cflags),
+        "cuda_cflags": list(cuda_cflags),
+        "ld_flags": list(ld_flags),
         "gpu_arch": gpu_arch,
         "toolchain": dict(sorted(toolchain_versions.items())),
     }
@@ -133,9 +141,16 @@ class BuildCache:
         try:
             target = staging / built.name
             shutil.copyfile(built, target)
-            entry = CacheEntry(key=key, artifact=built.name, artifact_sha256=file_sha256(target),
-                               artifact_bytes=target.stat().st_size, module_name=MODULE_NAME,
-                               entry_symbol=entry_symbol, compile_seconds=compile_seconds, created_at=time.time())
+            entry = CacheEntry(
+                key=key,
+                artifact=built.name,
+                artifact_sha256=file_sha256(target),
+                artifact_bytes=target.stat().st_size,
+                module_name=MODULE_NAME,
+                entry_symbol=entry_symbol,
+                compile_seconds=compile_seconds,
+                created_at=time.time(),
+            )
             (staging / "entry.json").write_text(entry.model_dump_json(indent=1))
             os.chmod(staging, 0o755)
             try:

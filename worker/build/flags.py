@@ -67,46 +67,76 @@ class PathPolicy:
 
 _ARCH = r"(sm|compute|lto)_[0-9]{2,3}[af]?"
 _MACRO = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(=.*)?", re.S)
-_SAFE_GCC = [re.compile(p) for p in (
-    r"-O[0-3sgz]?|-Ofast",
-    r"-std=(c|gnu)(\+\+)?[0-9a-z]{2}",
-    r"-W(?![lap](,|$))(no-)?[a-z0-9][a-zA-Z0-9_+=-]*",   # warnings; never -Wl, -Wa, -Wp (no commas either)
-    r"-w|-pedantic|-pedantic-errors|-pthread|-pipe",
-    r"-f(no-)?[a-z0-9][a-z0-9_+=.-]*",     # code generation; no '/', so no paths
-    r"-m(no-)?[a-z0-9][a-z0-9_=.+-]*",     # -march=native, -mavx2, -mtune=...
-    r"-g|-g[0-3]|-ggdb[0-3]?|-gdwarf(-[2-5])?",
-    r"--param=[a-z0-9_-]+=[0-9]+",
-)]
+_SAFE_GCC = [
+    re.compile(p)
+    for p in (
+        r"-O[0-3sgz]?|-Ofast",
+        r"-std=(c|gnu)(\+\+)?[0-9a-z]{2}",
+        r"-W(?![lap](,|$))(no-)?[a-z0-9][a-zA-Z0-9_+=-]*",  # warnings; never -Wl, -Wa, -Wp (no commas either)
+        r"-w|-pedantic|-pedantic-errors|-pthread|-pipe",
+        r"-f(no-)?[a-z0-9][a-z0-9_+=.-]*",  # code generation; no '/', so no paths
+        r"-m(no-)?[a-z0-9][a-z0-9_=.+-]*",  # -march=native, -mavx2, -mtune=...
+        r"-g|-g[0-3]|-ggdb[0-3]?|-gdwarf(-[2-5])?",
+        r"--param=[a-z0-9_-]+=[0-9]+",
+    )
+]
 # -f options that read or write files, or load code
-_UNSAFE_F = ("-fplugin", "-fno-plugin", "-fdump", "-fprofile", "-fno-profile", "-fauto-profile", "-fopt-info",
-             "-fcallgraph-info", "-fdiagnostics-add-output", "-fdiagnostics-set-output", "-fcreate-profile",
-             "-fbranch-probabilities", "-ftest-coverage", "-fcoverage", "-fstack-usage", "-fsave-optimization-record",
-             "-fdeps-", "-fmodule-mapper", "-fmodules", "-fself-test", "-fcompare-debug", "-flto-incremental")
-_SAFE_NVCC = [re.compile(p) for p in (
-    r"-O[0-3]",
-    r"--?use[_-]fast[_-]math",
-    r"-lineinfo|--generate-line-info",
-    r"--?expt-relaxed-constexpr|--?expt-extended-lambda|--?extended-lambda",
-    r"--?std=c\+\+[0-9]{2}",
-    r"--?maxrregcount=[0-9]+",
-    r"--?(ftz|prec-div|prec-sqrt|fmad)=(true|false)",
-    r"-res-usage|--resource-usage|--display-error-number|--?restrict|--?extra-device-vectorization",
-    r"-G|-g|--device-debug|--debug|-w|--disable-warnings|--keep-device-functions|--source-in-ptx|-src-in-ptx",
-    r"--?W[a-z0-9][a-zA-Z0-9_+=-]*|--?Werror=[a-z0-9,-]+",
-    r"--?diag[-_](suppress|error|warn)=[A-Za-z0-9_,-]+",
-    r"--?(threads|split-compile)=[0-9]+|-t[0-9]+",
-    r"--?(relocatable-device-code|rdc|static-global-template-stub)=(true|false)",
-    r"--?cudart=(static|shared|none)|--?default-stream=(legacy|null|per-thread)",
-    rf"(-gencode|--generate-code)=arch=compute_[0-9]{{2,3}}[af]?,code=(?P<br>\[)?{_ARCH}(,{_ARCH})*(?(br)\])",
-    rf"(-arch|--gpu-architecture)=({_ARCH}|native|all|all-major)",
-    rf"(-code|--gpu-code)={_ARCH}(,{_ARCH})*",
-)]
-_SAFE_PTXAS = re.compile(r"-v|--verbose|-O[0-3]|--?warn-on-[a-z-]+|--?maxrregcount=[0-9]+|-dlcm=[a-z]{2}|-dscm=[a-z]{2}"
-                         r"|--allow-expensive-optimizations=(true|false)|-warn-spills|-warn-lmem-usage")
+_UNSAFE_F = (
+    "-fplugin",
+    "-fno-plugin",
+    "-fdump",
+    "-fprofile",
+    "-fno-profile",
+    "-fauto-profile",
+    "-fopt-info",
+    "-fcallgraph-info",
+    "-fdiagnostics-add-output",
+    "-fdiagnostics-set-output",
+    "-fcreate-profile",
+    "-fbranch-probabilities",
+    "-ftest-coverage",
+    "-fcoverage",
+    "-fstack-usage",
+    "-fsave-optimization-record",
+    "-fdeps-",
+    "-fmodule-mapper",
+    "-fmodules",
+    "-fself-test",
+    "-fcompare-debug",
+    "-flto-incremental",
+)
+_SAFE_NVCC = [
+    re.compile(p)
+    for p in (
+        r"-O[0-3]",
+        r"--?use[_-]fast[_-]math",
+        r"-lineinfo|--generate-line-info",
+        r"--?expt-relaxed-constexpr|--?expt-extended-lambda|--?extended-lambda",
+        r"--?std=c\+\+[0-9]{2}",
+        r"--?maxrregcount=[0-9]+",
+        r"--?(ftz|prec-div|prec-sqrt|fmad)=(true|false)",
+        r"-res-usage|--resource-usage|--display-error-number|--?restrict|--?extra-device-vectorization",
+        r"-G|-g|--device-debug|--debug|-w|--disable-warnings|--keep-device-functions|--source-in-ptx|-src-in-ptx",
+        r"--?W[a-z0-9][a-zA-Z0-9_+=-]*|--?Werror=[a-z0-9,-]+",
+        r"--?diag[-_](suppress|error|warn)=[A-Za-z0-9_,-]+",
+        r"--?(threads|split-compile)=[0-9]+|-t[0-9]+",
+        r"--?(relocatable-device-code|rdc|static-global-template-stub)=(true|false)",
+        r"--?cudart=(static|shared|none)|--?default-stream=(legacy|null|per-thread)",
+        rf"(-gencode|--generate-code)=arch=compute_[0-9]{{2,3}}[af]?,code=(?P<br>\[)?{_ARCH}(,{_ARCH})*(?(br)\])",
+        rf"(-arch|--gpu-architecture)=({_ARCH}|native|all|all-major)",
+        rf"(-code|--gpu-code)={_ARCH}(,{_ARCH})*",
+    )
+]
+_SAFE_PTXAS = re.compile(
+    r"-v|--verbose|-O[0-3]|--?warn-on-[a-z-]+|--?maxrregcount=[0-9]+|-dlcm=[a-z]{2}|-dscm=[a-z]{2}"
+    r"|--allow-expensive-optimizations=(true|false)|-warn-spills|-warn-lmem-usage"
+)
 _SAFE_CUDAFE = re.compile(r"--diag[_-](suppress|error|warning)=[A-Za-z0-9_,-]+|--display_error_number")
-_SAFE_LD = re.compile(r"--as-needed|--no-as-needed|-O[0-2]|--gc-sections|--no-undefined|-s|--strip-all|-S"
-                      r"|--strip-debug|--build-id|--hash-style=(gnu|sysv|both)|-Bsymbolic(-functions)?|-E"
-                      r"|--export-dynamic|--icf=(all|safe|none)|--exclude-libs=ALL")
+_SAFE_LD = re.compile(
+    r"--as-needed|--no-as-needed|-O[0-2]|--gc-sections|--no-undefined|-s|--strip-all|-S"
+    r"|--strip-debug|--build-id|--hash-style=(gnu|sysv|both)|-Bsymbolic(-functions)?|-E"
+    r"|--export-dynamic|--icf=(all|safe|none)|--exclude-libs=ALL"
+)
 _SAFE_LD_DRIVER = re.compile(r"-pthread|-fopenmp|-rdynamic|-static-libstdc\+\+|-static-libgcc|-O[0-3s]?")
 
 # --- refused outright, with the reason said --------------------------------------------------------------------------
@@ -117,19 +147,92 @@ _REFUSED_PREFIXES: tuple[tuple[tuple[str, ...], str], ...] = (
     (("-B", "--prefix"), "points the compiler at other programs to run"),
     (("-specs", "--specs"), "a specs file can run other programs"),
     (("-wrapper",), "runs the compiler's subprocesses under another program"),
-    (("-ccbin", "--compiler-bindir", "-Xnvlink", "--nvlink-options", "-Xarchive", "--archive-options", "-Xfatbin",
-      "--fatbin-options", "--forward-unknown", "--use-local-env", "--input-drive-prefix", "-idp",
-      "--dependency-drive-prefix", "-ddp", "--drive-prefix", "-dp", "-Xpreprocessor", "-Xassembler", "-Wa,",
-      "-Wp,", "--options-file", "-optf", "--run", "-run", "--dryrun", "-dryrun"),
-     "hands control to another program or unchecked options"),
-    (("-o", "--output-file", "-odir", "--output-directory", "--keep", "-keep", "-save-temps", "--save-temps", "-M",
-      "--dependency-output", "--generate-dependencies", "--generate-nonsystem-dependencies", "-MF", "-time=",
-      "--dump", "-dump", "--list-gpu", "-fdiagnostics-format"),
-     "writes files outside the build's own outputs"),
-    (("-x", "--x", "-c", "--compile", "-E", "--preprocess", "-S", "-ptx", "--ptx", "-cubin", "--cubin", "-fatbin",
-      "--fatbin", "-lib", "--lib", "-shared", "--shared", "-static", "--device-c", "-dc", "--device-link", "-dlink",
-      "-print", "--print", "-###", "-link", "--link"),
-     "changes what the build produces (the build decides that)"),
+    (
+        (
+            "-ccbin",
+            "--compiler-bindir",
+            "-Xnvlink",
+            "--nvlink-options",
+            "-Xarchive",
+            "--archive-options",
+            "-Xfatbin",
+            "--fatbin-options",
+            "--forward-unknown",
+            "--use-local-env",
+            "--input-drive-prefix",
+            "-idp",
+            "--dependency-drive-prefix",
+            "-ddp",
+            "--drive-prefix",
+            "-dp",
+            "-Xpreprocessor",
+            "-Xassembler",
+            "-Wa,",
+            "-Wp,",
+            "--options-file",
+            "-optf",
+            "--run",
+            "-run",
+            "--dryrun",
+            "-dryrun",
+        ),
+        "hands control to another program or unchecked options",
+    ),
+    (
+        (
+            "-o",
+            "--output-file",
+            "-odir",
+            "--output-directory",
+            "--keep",
+            "-keep",
+            "-save-temps",
+            "--save-temps",
+            "-M",
+            "--dependency-output",
+            "--generate-dependencies",
+            "--generate-nonsystem-dependencies",
+            "-MF",
+            "-time=",
+            "--dump",
+            "-dump",
+            "--list-gpu",
+            "-fdiagnostics-format",
+        ),
+        "writes files outside the build's own outputs",
+    ),
+    (
+        (
+            "-x",
+            "--x",
+            "-c",
+            "--compile",
+            "-E",
+            "--preprocess",
+            "-S",
+            "-ptx",
+            "--ptx",
+            "-cubin",
+            "--cubin",
+            "-fatbin",
+            "--fatbin",
+            "-lib",
+            "--lib",
+            "-shared",
+            "--shared",
+            "-static",
+            "--device-c",
+            "-dc",
+            "--device-link",
+            "-dlink",
+            "-print",
+            "--print",
+            "-###",
+            "-link",
+            "--link",
+        ),
+        "changes what the build produces (the build decides that)",
+    ),
     (("-T", "-Wl,-T", "--script", "-dT"), "a linker script can pull in any file"),
     (("-iprefix", "-iwithprefix", "-isysroot", "--sysroot", "-nostdinc"), "moves the system header folders"),
 )
@@ -140,24 +243,86 @@ def _refused_prefix(tok: str) -> str | None:
         for p in prefixes:
             # '-M' and '-o' refuse their whole families (-MD, -MMD, -MF, -ofile); others match as a flag or a prefix
             # of flag=value; bare '-c'/'-S'/'-E'/'-x' only as themselves or with an attached value
-            if tok == p or tok.startswith(p + "=") or (p in ("-M", "-o", "@", "-B", "-x", "-T", "-dT", "-Wa,", "-Wp,",
-                                                                 "-fplugin", "-fno-plugin", "--dump", "-dump", "--keep",
-                                                                 "-keep", "-specs", "--specs", "-Wl,-T", "-print",
-                                                                 "--print", "-fdiagnostics-format")
-                                                       and tok.startswith(p)):
+            if (
+                tok == p
+                or tok.startswith(p + "=")
+                or (
+                    p
+                    in (
+                        "-M",
+                        "-o",
+                        "@",
+                        "-B",
+                        "-x",
+                        "-T",
+                        "-dT",
+                        "-Wa,",
+                        "-Wp,",
+                        "-fplugin",
+                        "-fno-plugin",
+                        "--dump",
+                        "-dump",
+                        "--keep",
+                        "-keep",
+                        "-specs",
+                        "--specs",
+                        "-Wl,-T",
+                        "-print",
+                        "--print",
+                        "-fdiagnostics-format",
+                    )
+                    and tok.startswith(p)
+                )
+            ):
                 return reason
     return None
 
 
 # options whose value may come in the next token (nvcc and gcc both accept "-I dir" and "-Idir")
-_PATH_OPTS = {"-I": "include", "--include-path": "include", "-isystem": "include", "--system-include": "include",
-              "-iquote": "include", "-idirafter": "include", "-include": "file", "--pre-include": "file",
-              "--preinclude": "file", "-imacros": "file", "-L": "lib", "--library-path": "lib"}
+_PATH_OPTS = {
+    "-I": "include",
+    "--include-path": "include",
+    "-isystem": "include",
+    "--system-include": "include",
+    "-iquote": "include",
+    "-idirafter": "include",
+    "-include": "file",
+    "--pre-include": "file",
+    "--preinclude": "file",
+    "-imacros": "file",
+    "-L": "lib",
+    "--library-path": "lib",
+}
 _ATTACHED_PATH_OPTS = ("-I", "-L")  # gcc also takes -Idir, -Ldir (the others only with '=' or a space)
-_VALUE_OPTS_NVCC = {"-Xcompiler", "--compiler-options", "-Xlinker", "--linker-options", "-Xptxas", "--ptxas-options",
-                    "-Xcudafe", "-gencode", "--generate-code", "-arch", "--gpu-architecture", "-code", "--gpu-code",
-                    "-t", "--threads", "-std", "--std", "-l", "--library", "-D", "--define-macro", "-U",
-                    "--undefine-macro", "-maxrregcount", "--maxrregcount", "-default-stream", "--default-stream"}
+_VALUE_OPTS_NVCC = {
+    "-Xcompiler",
+    "--compiler-options",
+    "-Xlinker",
+    "--linker-options",
+    "-Xptxas",
+    "--ptxas-options",
+    "-Xcudafe",
+    "-gencode",
+    "--generate-code",
+    "-arch",
+    "--gpu-architecture",
+    "-code",
+    "--gpu-code",
+    "-t",
+    "--threads",
+    "-std",
+    "--std",
+    "-l",
+    "--library",
+    "-D",
+    "--define-macro",
+    "-U",
+    "--undefine-macro",
+    "-maxrregcount",
+    "--maxrregcount",
+    "-default-stream",
+    "--default-stream",
+}
 _VALUE_OPTS_GCC = {"-Xlinker", "-D", "-U", "-l", "-include", "-imacros"}
 
 
@@ -181,7 +346,9 @@ class _Checker:
 
     def check_lib(self, flag: str, name: str) -> None:
         if name not in ALLOWED_LIBS:
-            self.refuse(flag, f"-l{name} is not a library a solution may link (allowed: {', '.join(sorted(ALLOWED_LIBS))})")
+            self.refuse(
+                flag, f"-l{name} is not a library a solution may link (allowed: {', '.join(sorted(ALLOWED_LIBS))})"
+            )
 
     def check_macro(self, flag: str, value: str) -> None:
         if not _MACRO.fullmatch(value):
@@ -308,11 +475,22 @@ class _Checker:
         elif name in ("-D", "--define-macro", "-U", "--undefine-macro"):
             self.check_macro(flag, value)
         else:
-            spelled = {"-gencode": "-gencode", "--generate-code": "-gencode", "-arch": "-arch",
-                       "--gpu-architecture": "-arch", "-code": "-code", "--gpu-code": "-code", "-t": "--threads",
-                       "--threads": "--threads", "-std": "-std", "--std": "-std", "-maxrregcount": "-maxrregcount",
-                       "--maxrregcount": "-maxrregcount", "-default-stream": "--default-stream",
-                       "--default-stream": "--default-stream"}[name]
+            spelled = {
+                "-gencode": "-gencode",
+                "--generate-code": "-gencode",
+                "-arch": "-arch",
+                "--gpu-architecture": "-arch",
+                "-code": "-code",
+                "--gpu-code": "-code",
+                "-t": "--threads",
+                "--threads": "--threads",
+                "-std": "-std",
+                "--std": "-std",
+                "-maxrregcount": "-maxrregcount",
+                "--maxrregcount": "-maxrregcount",
+                "-default-stream": "--default-stream",
+                "--default-stream": "--default-stream",
+            }[name]
             if not any(p.fullmatch(f"{spelled}={value}") for p in _SAFE_NVCC):
                 self.refuse(flag, f"{name} {value!r} is not a value the allow-list knows")
 
@@ -348,10 +526,10 @@ def _split_option(tok: str, table: dict[str, str], attached: tuple[str, ...]) ->
         return name, value
     for opt in attached:
         if tok.startswith(opt) and len(tok) > len(opt):
-            return opt, tok[len(opt):]
+            return opt, tok[len(opt) :]
     for opt in ("-isystem", "-iquote", "-idirafter"):  # gcc also takes these glued: -isystemdir
         if tok.startswith(opt) and len(tok) > len(opt):
-            return opt, tok[len(opt):]
+            return opt, tok[len(opt) :]
     return None, None
 
 
@@ -395,5 +573,7 @@ def check_flags(kind: FlagKind, flags: Sequence[str], paths: PathPolicy) -> list
 
 def names_gpu_arch(cuda_tokens: Sequence[str]) -> bool:
     """Whether the solution's nvcc flags already choose the GPU (then the build adds no -gencode of its own)."""
-    return any(t.startswith(("-gencode", "--generate-code", "-arch", "--gpu-architecture", "-code", "--gpu-code"))
-               for t in cuda_tokens)
+    return any(
+        t.startswith(("-gencode", "--generate-code", "-arch", "--gpu-architecture", "-code", "--gpu-code"))
+        for t in cuda_tokens
+    )

@@ -27,8 +27,17 @@ from worker.build.flags import Refusal
 from worker.build.request import BuildSource
 
 # trigraphs are still honoured by g++ in strict ISO modes before C++17 (-std=c++14): ??= is '#' and ??/ a backslash
-_TRIGRAPHS = {"??=": "#", "??/": "\\", "??'": "^", "??(": "[", "??)": "]", "??!": "|", "??<": "{", "??>": "}",
-              "??-": "~"}
+_TRIGRAPHS = {
+    "??=": "#",
+    "??/": "\\",
+    "??'": "^",
+    "??(": "[",
+    "??)": "]",
+    "??!": "|",
+    "??<": "{",
+    "??>": "}",
+    "??-": "~",
+}
 _SPLICE = re.compile(r"\\[ \t\v\f]*\r?\n")  # g++ splices a backslash followed by spaces too (with a warning)
 _KEYWORD = re.compile(r"(include_next|include|import|embed|pragma)\b")
 _PRAGMA_DEPENDENCY = re.compile(r"GCC\s+(?:system_header\s+)?dependency\b")
@@ -71,7 +80,7 @@ def _directive_starts(line: str) -> Iterable[int]:
         j = m.start() - 1
         while j >= 0 and line[j] in " \t\v\f":
             j -= 1
-        if j < 0 or (j >= 1 and line[j - 1:j + 1] == "*/"):
+        if j < 0 or (j >= 1 and line[j - 1 : j + 1] == "*/"):
             yield m.end()
 
 
@@ -97,8 +106,11 @@ def check_includes(sources: Iterable[BuildSource]) -> list[Refusal]:
                 break
         m = _ASM_FILE.search(text)
         if m is not None:
-            refusals.append(Refusal(flag=f"{src.path}: .{m.group(1)}",
-                                    reason="an assembler directive that reads a file into the build"))
+            refusals.append(
+                Refusal(
+                    flag=f"{src.path}: .{m.group(1)}", reason="an assembler directive that reads a file into the build"
+                )
+            )
     return refusals[:MAX_REFUSALS]
 
 
@@ -128,8 +140,10 @@ def _check_directive(path: str, lineno: int, line: str, after_hash: int, own: se
 def _refuse_target(includer: str, directive: str, rest: str, own: set[str]) -> str | None:
     m = _HEADER_NAME.match(rest)
     if m is None:
-        return ("the file is named through a macro (a computed #include), which cannot be checked before compiling; "
-                "write the header's name out")
+        return (
+            "the file is named through a macro (a computed #include), which cannot be checked before compiling; "
+            "write the header's name out"
+        )
     quoted = m.group(1) is not None
     name = m.group(1) if quoted else m.group(2)
     if not name:
@@ -151,6 +165,7 @@ def _refuse_target(includer: str, directive: str, rest: str, own: set[str]) -> s
 
 
 # --- after the build: the compiler's own list of what it read ------------------------------------------------------
+
 
 def parse_depfile(text: str) -> list[str]:
     """The prerequisites of a Make-syntax depfile (what gcc -MD and nvcc -MD write): every file the compile read."""
@@ -177,6 +192,7 @@ def check_dependencies(deps: Sequence[str], source_dir: str, allowed_roots: Sequ
     for dep in dict.fromkeys(deps):
         full = posixpath.normpath(dep if dep.startswith("/") else posixpath.join(source_dir, dep))
         if not any(full == r or full.startswith(r + "/") for r in roots):
-            refusals.append(Refusal(flag=dep, reason="the compiler read this file, which is outside the solution "
-                                                     "and the toolchain"))
+            refusals.append(
+                Refusal(flag=dep, reason="the compiler read this file, which is outside the solution and the toolchain")
+            )
     return refusals

@@ -34,7 +34,9 @@ class ModuleAlreadyLoaded(ImportError):
     as in SOL-ExecBench: load each in a fresh child."""
 
 
-def load_extension(artifact: Path, sha256: str, entry_symbol: str, module_name: str = MODULE_NAME) -> Callable[..., Any]:
+def load_extension(
+    artifact: Path, sha256: str, entry_symbol: str, module_name: str = MODULE_NAME
+) -> Callable[..., Any]:
     """The solution's entry function from its built extension."""
     data = Path(artifact).read_bytes()
     if hashlib.sha256(data).hexdigest() != sha256:
@@ -48,8 +50,10 @@ def load_extension(artifact: Path, sha256: str, entry_symbol: str, module_name: 
     module = importlib.util.module_from_spec(spec)
     loader.exec_module(module)
     if getattr(module, "__file__", None) != str(artifact):
-        raise ModuleAlreadyLoaded(f"a {module_name} from {getattr(module, '__file__', '?')} is already loaded in "
-                                  f"this process: {artifact} needs a fresh one")
+        raise ModuleAlreadyLoaded(
+            f"a {module_name} from {getattr(module, '__file__', '?')} is already loaded in "
+            f"this process: {artifact} needs a fresh one"
+        )
     fn = getattr(module, entry_symbol, None)
     if not callable(fn):
         raise EntrySymbolMissing(f"exported symbol '{entry_symbol}' not found in the built extension")

@@ -38,8 +38,15 @@ def _ninja_path(p: PurePosixPath) -> str:
     return str(p).replace("$", "$$").replace(" ", "$ ").replace(":", "$:")
 
 
-def write_ninja(request: BuildRequest, toolchain: Toolchain, layout: BuildLayout, cflags: Sequence[str],
-                cuda_cflags: Sequence[str], ld_flags: Sequence[str], gpu_arch_flags: Sequence[str]) -> str:
+def write_ninja(
+    request: BuildRequest,
+    toolchain: Toolchain,
+    layout: BuildLayout,
+    cflags: Sequence[str],
+    cuda_cflags: Sequence[str],
+    ld_flags: Sequence[str],
+    gpu_arch_flags: Sequence[str],
+) -> str:
     """The build.ninja text. `cflags`/`cuda_cflags`/`ld_flags`: the solution's, already checked
     (worker.build.flags); `gpu_arch_flags`: -gencode for the target GPU when the solution names none."""
     with_cuda = request.with_cuda
@@ -58,8 +65,12 @@ def write_ninja(request: BuildRequest, toolchain: Toolchain, layout: BuildLayout
     common = [f"-DTORCH_EXTENSION_NAME={MODULE_NAME}", "-DTORCH_API_INCLUDE_EXTENSION_H", *includes]
 
     cxx_flags = [*common, "-fPIC", "-std=c++20", *cflags]
-    lines = ["ninja_required_version = 1.3", f"builddir = {_ninja_path(layout.objects)}",
-             f"cxx = {_q(toolchain.cxx)}", f"cflags = {_join(cxx_flags)}"]
+    lines = [
+        "ninja_required_version = 1.3",
+        f"builddir = {_ninja_path(layout.objects)}",
+        f"cxx = {_q(toolchain.cxx)}",
+        f"cflags = {_join(cxx_flags)}",
+    ]
     if with_cuda:
         from torch.utils.cpp_extension import COMMON_NVCC_FLAGS
 
@@ -71,10 +82,23 @@ def write_ninja(request: BuildRequest, toolchain: Toolchain, layout: BuildLayout
     # -MD (not torch's -MMD): the depfile lists system headers too, so the parent sees every file the compile read
     lines += ["", "rule compile", "  command = $cxx -MD -MF $dep $cflags -c $in -o $out", "  description = compile $in"]
     if with_cuda:
-        lines += ["", "rule cuda_compile", "  command = $nvcc -MD -MF $dep $cuda_cflags -c $in -o $out",
-                  "  description = nvcc $in"]
-    lines += ["", "rule link", "  command = $cxx $in $ldflags -o $out", "  description = link $out",
-              "", "rule copy", "  command = cp $in $out", "  description = artifact $out", ""]
+        lines += [
+            "",
+            "rule cuda_compile",
+            "  command = $nvcc -MD -MF $dep $cuda_cflags -c $in -o $out",
+            "  description = nvcc $in",
+        ]
+    lines += [
+        "",
+        "rule link",
+        "  command = $cxx $in $ldflags -o $out",
+        "  description = link $out",
+        "",
+        "rule copy",
+        "  command = cp $in $out",
+        "  description = artifact $out",
+        "",
+    ]
     objects: list[PurePosixPath] = []
     for i, src in enumerate(request.compiled_sources):
         cuda = src.path.endswith(".cu")
@@ -86,8 +110,12 @@ def write_ninja(request: BuildRequest, toolchain: Toolchain, layout: BuildLayout
         lines.append(f"  dep = {_ninja_path(layout.root / 'deps' / (obj.name + '.d'))}")
     linked = layout.objects / ARTIFACT
     out = layout.root / "out" / ARTIFACT
-    lines += [f"build {_ninja_path(linked)}: link {' '.join(_ninja_path(o) for o in objects)}",
-              f"build {_ninja_path(out)}: copy {_ninja_path(linked)}", f"default {_ninja_path(out)}", ""]
+    lines += [
+        f"build {_ninja_path(linked)}: link {' '.join(_ninja_path(o) for o in objects)}",
+        f"build {_ninja_path(out)}: copy {_ninja_path(linked)}",
+        f"default {_ninja_path(out)}",
+        "",
+    ]
     return "\n".join(lines)
 
 
@@ -114,8 +142,12 @@ def cuda_runtime(request: BuildRequest, toolchain: Toolchain) -> bool:
     """Whether the build sees the CUDA runtime (headers, libc10_cuda, libtorch_cuda, cudart): torch's rule (a .cu
     file) or a CUDA language's .cpp-only solution on a worker that has CUDA (a cuDNN solution's main.cpp includes
     ATen/cuda headers, which need cuda.h)."""
-    return request.with_cuda or (request.names_cuda and toolchain.cuda_include is not None
-                                 and toolchain.cuda_lib is not None and (toolchain.torch_lib / "libtorch_cuda.so").is_file())
+    return request.with_cuda or (
+        request.names_cuda
+        and toolchain.cuda_include is not None
+        and toolchain.cuda_lib is not None
+        and (toolchain.torch_lib / "libtorch_cuda.so").is_file()
+    )
 
 
 def link_flags(request: BuildRequest, toolchain: Toolchain, ld_flags: Sequence[str]) -> list[str]:

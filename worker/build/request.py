@@ -53,17 +53,20 @@ class BuildRequest(BaseModel):
 
     sources: tuple[BuildSource, ...] = Field(min_length=1, max_length=MAX_SOURCES)
     languages: tuple[CppLanguage, ...] = Field(min_length=1, description="spec.languages (C++ ones only)")
-    entry_symbol: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
-                              description="the part of spec.entry_point after '::'")
+    entry_symbol: str = Field(
+        pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", description="the part of spec.entry_point after '::'"
+    )
     binding: Literal["torch"] = Field("torch", description="spec.binding; None in the solution means torch")
     cflags: tuple[str, ...] = Field((), max_length=MAX_FLAGS, description="compile_options.cflags (g++)")
     cuda_cflags: tuple[str, ...] = Field((), max_length=MAX_FLAGS, description="compile_options.cuda_cflags (nvcc)")
     ld_flags: tuple[str, ...] = Field((), max_length=MAX_FLAGS, description="compile_options.ld_flags")
     dependencies: tuple[str, ...] = Field((), max_length=32, description="spec.dependencies")
     target_arch: str | None = Field(
-        None, pattern=r"^sm_[0-9]{2,3}[af]?$",
+        None,
+        pattern=r"^sm_[0-9]{2,3}[af]?$",
         description="the GPU to build device code for (e.g. sm_90a); needed when a .cu file is compiled and "
-        "cuda_cflags name no -gencode/-arch")
+        "cuda_cflags name no -gencode/-arch",
+    )
 
     @model_validator(mode="after")
     def _unique_paths(self) -> "BuildRequest":

@@ -48,7 +48,8 @@ _ERROR_LINE = re.compile(
     r"(^|[\s:])(fatal )?error( [A-Z]+[0-9]+)?:|\): error|undefined reference to|cannot find -l|"
     r"ld(\.[a-z]+)?: .*(error|cannot)|collect2: error|signal terminated program|internal compiler error|"
     r"Killed|CPU time limit exceeded|File size limit exceeded|No space left on device|out of memory|"
-    r"virtual memory exhausted|Cannot allocate memory")
+    r"virtual memory exhausted|Cannot allocate memory"
+)
 
 
 def first_errors(log: str, n: int = 8, strip: tuple[str, ...] = ()) -> list[str]:
@@ -73,8 +74,11 @@ def budget_from_log(log: str) -> BudgetKind | None:
         return "cpu_time"
     if "File size limit exceeded" in log or "No space left on device" in log:
         return "output_size"
-    if re.search(r"out of memory|virtual memory exhausted|Cannot allocate memory|std::bad_alloc|"
-                 r"Killed signal terminated program", log):
+    if re.search(
+        r"out of memory|virtual memory exhausted|Cannot allocate memory|std::bad_alloc|"
+        r"Killed signal terminated program",
+        log,
+    ):
         return "memory"
     if "Resource temporarily unavailable" in log and "fork" in log:
         return "processes"

@@ -35,6 +35,7 @@ from worker.build.result import BudgetKind, budget_from_log
 from worker.sandbox import isolation
 from worker.sandbox.isolation import Isolation, IsolationPolicy
 from worker.sandbox.output import OutputCapture
+import contextlib
 
 GiB = 1024**3
 OBJECTS_IN_SANDBOX = PurePosixPath("/tmp/obj")  # on the sandbox's private tmpfs: counted against output_bytes
@@ -53,13 +54,16 @@ class CompileBudget(BaseModel):
 
     wall_s: float = Field(900.0, gt=0, description="the whole build, set-up included")
     cpu_s: int = Field(1200, ge=1, description="CPU seconds of each compiler process")
-    memory_bytes: int = Field(default_factory=_default_memory, ge=256 * 1024**2,
-                              description="RLIMIT_DATA of each compiler process")
-    output_bytes: int = Field(4 * GiB, ge=16 * 1024**2,
-                              description="objects and temporaries together (the private /tmp), and any one file")
+    memory_bytes: int = Field(
+        default_factory=_default_memory, ge=256 * 1024**2, description="RLIMIT_DATA of each compiler process"
+    )
+    output_bytes: int = Field(
+        4 * GiB, ge=16 * 1024**2, description="objects and temporaries together (the private /tmp), and any one file"
+    )
     max_processes: int = Field(256, ge=16)
-    jobs: int = Field(default_factory=lambda: max(1, min(8, os.cpu_count() or 1)), ge=1,
-                      description="ninja -j: compiles at once")
+    jobs: int = Field(
+        default_factory=lambda: max(1, min(8, os.cpu_count() or 1)), ge=1, description="ninja -j: compiles at once"
+    )
 
 
 class BuildLayout(BaseModel):
@@ -106,8 +110,15 @@ def compiler_env(layout: BuildLayout, path_dirs: Sequence[Path], isolated: bool)
     and broker URLs, API keys, webhook secrets) is copied: the build gets none of it, by construction."""
     home = PurePosixPath(isolation.WORK_DIR) if isolated else layout.root
     dirs = list(dict.fromkeys([*map(str, path_dirs), "/usr/local/bin", "/usr/bin", "/bin"]))
-    return {"PATH": ":".join(dirs), "HOME": str(home), "TMPDIR": "/tmp" if isolated else str(layout.root / "tmp"),
-            "LC_ALL": "C", "LANG": "C", "USER": "user", "LOGNAME": "user"}
+    return {
+        "PATH": ":".join(dirs),
+        "HOME": str(home),
+        "TMPDIR": "/tmp" if isolated else str(layout.root / "tmp"),
+        "LC_ALL": "C",
+        "LANG": "C",
+        "USER": "user",
+        "LOGNAME": "user",
+    }
 
 
 def _limits(policy: IsolationPolicy, isolated: bool, budget: CompileBudget) -> Callable[[], None]:
@@ -119,8 +130,12 @@ def _limits(policy: IsolationPolicy, isolated: bool, budget: CompileBudget) -> C
             isolation.limit_resources(policy)  # the sandbox's own limits (policy.max_cpu_seconds has the grace)
         else:
             # only the limits that bound this build alone (RLIMIT_NPROC would count the developer's every process)
-            for res, value in ((resource.RLIMIT_CORE, 0), (resource.RLIMIT_CPU, budget.cpu_s + CPU_GRACE_S),
-                               (resource.RLIMIT_DATA, budget.memory_bytes), (resource.RLIMIT_FSIZE, budget.output_bytes)):
+            for res, value in (
+                (resource.RLIMIT_CORE, 0),
+                (resource.RLIMIT_CPU, budget.cpu_s + CPU_GRACE_S),
+                (resource.RLIMIT_DATA, budget.memory_bytes),
+                (resource.RLIMIT_FSIZE, budget.output_bytes),
+            ):
                 resource.setrlimit(res, (value, value))
         # lowering the soft limit needs no privilege: SIGXCPU at the budget, SIGKILL at the hard limit after it
         resource.setrlimit(resource.RLIMIT_CPU, (budget.cpu_s, budget.cpu_s + CPU_GRACE_S))
@@ -128,14 +143,24 @@ def _limits(policy: IsolationPolicy, isolated: bool, budget: CompileBudget) -> C
     return setup
 
 
-def run_ninja(layout: BuildLayout, ninja: Path, path_dirs: Sequence[Path], budget: CompileBudget,
-              isolation_mode: Isolation, ro_roots: Sequence[Path] = ()) -> SandboxRun:
+def run_ninja(
+    layout: BuildLayout,
+    ninja: Path,
+    path_dirs: Sequence[Path],
+    budget: CompileBudget,
+    isolation_mode: Isolation,
+    ro_roots: Sequence[Path] = (),
+) -> SandboxRun:
     """Run R/build.ninja to its end or to the budget; the folder's out/ and deps/ hold what it made."""
     isolated = isolation_mode == "namespaces"
     command = [str(ninja), "-f", str(layout.root / "build.ninja"), "-C", str(layout.src), "-j", str(budget.jobs)]
-    policy = IsolationPolicy(max_processes=budget.max_processes, max_file_bytes=budget.output_bytes,
-                             max_cpu_seconds=budget.cpu_s + CPU_GRACE_S, max_data_bytes=budget.memory_bytes,
-                             tmp_bytes=budget.output_bytes)
+    policy = IsolationPolicy(
+        max_processes=budget.max_processes,
+        max_file_bytes=budget.output_bytes,
+        max_cpu_seconds=budget.cpu_s + CPU_GRACE_S,
+        max_data_bytes=budget.memory_bytes,
+        tmp_bytes=budget.output_bytes,
+    )
     info_r = info_w = -1
     pass_fds: tuple[int, ...] = ()
     if isolated:
@@ -160,10 +185,17 @@ def run_ninja(layout: BuildLayout, ninja: Path, path_dirs: Sequence[Path], budge
     output = OutputCapture()
     t0 = time.monotonic()
     try:
-        proc = subprocess.Popen(command, cwd=layout.host, env=compiler_env(layout, path_dirs, isolated),
-                                stdin=subprocess.DEVNULL, stdout=output.write_fd, stderr=output.write_fd,
-                                pass_fds=pass_fds, start_new_session=True,
-                                preexec_fn=_limits(policy, isolated, budget))
+        proc = subprocess.Popen(
+            command,
+            cwd=layout.host,
+            env=compiler_env(layout, path_dirs, isolated),
+            stdin=subprocess.DEVNULL,
+            stdout=output.write_fd,
+            stderr=output.write_fd,
+            pass_fds=pass_fds,
+            start_new_session=True,
+            preexec_fn=_limits(policy, isolated, budget),
+        )
     finally:
         output.child_started()
         if info_w >= 0:
@@ -187,10 +219,12 @@ def run_ninja(layout: BuildLayout, ninja: Path, path_dirs: Sequence[Path], budge
     seconds = time.monotonic() - t0
     output.close()
     log = output.text(80_000)
-    exceeded: BudgetKind | None = "wall_time" if returncode is None else (
-        budget_from_log(log) if returncode != 0 else None)
-    return SandboxRun(returncode=returncode, seconds=seconds, log=log, budget_exceeded=exceeded,
-                      isolation=isolation_mode)
+    exceeded: BudgetKind | None = (
+        "wall_time" if returncode is None else (budget_from_log(log) if returncode != 0 else None)
+    )
+    return SandboxRun(
+        returncode=returncode, seconds=seconds, log=log, budget_exceeded=exceeded, isolation=isolation_mode
+    )
 
 
 def _kill(proc: subprocess.Popen[bytes], ns_pidfd: int) -> None:
@@ -203,14 +237,10 @@ def _kill(proc: subprocess.Popen[bytes], ns_pidfd: int) -> None:
         except ProcessLookupError:
             pass
         os.close(ns_pidfd)
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    try:
+    with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        pass
 
 
 def prepare_folder(host: Path) -> None:

@@ -84,18 +84,24 @@ class Toolchain(BaseModel):
             missing.append(f"this worker has no ninja: {GPU_EXTRA_HINT} or apt-get install ninja-build")
         if request.with_cuda:
             if self.cuda_home is None:
-                missing.append(f"this worker has no nvcc: {GPU_EXTRA_HINT} or set CUDA_HOME"
-                               + (f" ({self.cuda_note})" if self.cuda_note else ""))
+                missing.append(
+                    f"this worker has no nvcc: {GPU_EXTRA_HINT} or set CUDA_HOME"
+                    + (f" ({self.cuda_note})" if self.cuda_note else "")
+                )
             if self.torch_cuda is None:
-                missing.append(f"this worker's torch {self.torch_version} is a CPU build: CUDA extensions link "
-                               "libtorch_cuda, so install a CUDA build of torch")
+                missing.append(
+                    f"this worker's torch {self.torch_version} is a CPU build: CUDA extensions link "
+                    "libtorch_cuda, so install a CUDA build of torch"
+                )
         wants = request.wanted_libraries
         if "cutlass" in wants and not self.cutlass_include:
             missing.append(f"this worker has no CUTLASS headers: {GPU_EXTRA_HINT} (nvidia-cutlass) or set CUTLASS_DIR")
         for lib in ("cublas", "cudnn"):
             if lib in wants and lib not in self.libraries:
-                missing.append(f"this worker has no {lib} library: install a CUDA build of torch ({lib} ships with it) "
-                               "or the CUDA toolkit")
+                missing.append(
+                    f"this worker has no {lib} library: install a CUDA build of torch ({lib} ships with it) "
+                    "or the CUDA toolkit"
+                )
         return missing
 
     def header_roots(self) -> list[Path]:
@@ -103,7 +109,7 @@ class Toolchain(BaseModel):
         roots = [*self.torch_include, self.python_include, *self.cutlass_include]
         roots += [p for p in (self.cuda_include, self.cudnn_frontend_include) if p is not None]
         roots += [lib.include for lib in self.libraries.values() if lib.include is not None]
-        return roots + [Path("/usr/include"), Path("/usr/local/include")]
+        return [*roots, Path("/usr/include"), Path("/usr/local/include")]
 
     def library_roots(self) -> list[Path]:
         """Folders a solution may name with -L or an rpath."""
@@ -118,11 +124,16 @@ class Toolchain(BaseModel):
 
     def versions(self) -> dict[str, str]:
         """The strings a cache key covers: a new compiler, torch or CUDA means a new build."""
-        return {"cxx": self.cxx_version, "ninja": self.ninja_version, "nvcc": self.nvcc_version,
-                "torch": self.torch_version, "torch_cuda": self.torch_cuda or "",
-                "python": sysconfig.get_config_var("SOABI") or sys.version,
-                "cutlass": _dist_version("nvidia-cutlass") or ",".join(map(str, self.cutlass_include)),
-                "cudnn_frontend": _dist_version("nvidia-cudnn-frontend") or ""}
+        return {
+            "cxx": self.cxx_version,
+            "ninja": self.ninja_version,
+            "nvcc": self.nvcc_version,
+            "torch": self.torch_version,
+            "torch_cuda": self.torch_cuda or "",
+            "python": sysconfig.get_config_var("SOABI") or sys.version,
+            "cutlass": _dist_version("nvidia-cutlass") or ",".join(map(str, self.cutlass_include)),
+            "cudnn_frontend": _dist_version("nvidia-cudnn-frontend") or "",
+        }
 
 
 def _first_line(argv: list[str], last: bool = False) -> str:
@@ -185,8 +196,10 @@ def _find_cuda_home() -> tuple[Path | None, str]:
         if runnable_by_others(nvcc):
             # the real folder: a symlink through /etc/alternatives (CUDA images) is one more thing the sandbox must show
             return Path(c).resolve(), ""
-        passed_over = passed_over or (f"{nvcc} is not runnable by other users, and the sandbox compiles as one "
-                                      f"(chmod -R o+rX {Path(c).resolve()})")
+        passed_over = passed_over or (
+            f"{nvcc} is not runnable by other users, and the sandbox compiles as one "
+            f"(chmod -R o+rX {Path(c).resolve()})"
+        )
     return None, passed_over
 
 
@@ -224,8 +237,9 @@ def _library(include: Path | None, lib_dir: Path, names: tuple[str, ...]) -> Lib
                 link[name] = f":{versioned[0].name}"
     if not link:
         return None
-    return Library(include=include if include is not None and include.is_dir() else None, lib_dir=lib_dir,
-                   link_names=link)
+    return Library(
+        include=include if include is not None and include.is_dir() else None, lib_dir=lib_dir, link_names=link
+    )
 
 
 def _find_libraries(cuda_home: Path | None) -> dict[str, Library]:
@@ -240,11 +254,15 @@ def _find_libraries(cuda_home: Path | None) -> dict[str, Library]:
         places["cuda"].append((cuda_home / "include", cuda_home / "lib64" / "stubs"))
     if nvidia is not None:
         # torch's own wheels: CUDA 13 shares one folder, CUDA 12 one per library
-        places["cublas"] += [(nvidia / "cu13" / "include", nvidia / "cu13" / "lib"),
-                             (nvidia / "cublas" / "include", nvidia / "cublas" / "lib")]
+        places["cublas"] += [
+            (nvidia / "cu13" / "include", nvidia / "cu13" / "lib"),
+            (nvidia / "cublas" / "include", nvidia / "cublas" / "lib"),
+        ]
         places["cudnn"] += [(nvidia / "cudnn" / "include", nvidia / "cudnn" / "lib")]
-        places["cudart"] += [(nvidia / "cu13" / "include", nvidia / "cu13" / "lib"),
-                             (nvidia / "cuda_runtime" / "include", nvidia / "cuda_runtime" / "lib")]
+        places["cudart"] += [
+            (nvidia / "cu13" / "include", nvidia / "cu13" / "lib"),
+            (nvidia / "cuda_runtime" / "include", nvidia / "cuda_runtime" / "lib"),
+        ]
     names = {"cublas": ("cublas", "cublasLt"), "cudnn": ("cudnn",), "cudart": ("cudart",), "cuda": ("cuda",)}
     for key, options in places.items():
         for include, lib_dir in options:

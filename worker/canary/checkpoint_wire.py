@@ -54,6 +54,6 @@ def unpack(weights: object, runs: int, steps: list[int], init: State) -> list[di
         per_step: dict[int, State] = {}
         for s, step in enumerate(steps):
             row = weights[r, s]
-            per_step[step] = {name: row[off:off + shape.numel()].view(shape) for name, shape, off in parts}
+            per_step[step] = {name: row[off : off + shape.numel()].view(shape) for name, shape, off in parts}
         out.append(per_step)
     return out

@@ -58,6 +58,7 @@ class CanaryTrainRequest(Request[CanaryTrainReply]):
 
 def submission_kernel(state: HarnessState) -> Kernel:
     """The loaded entry point as a Kernel: destination-passing or value-returning, per the solution."""
+
     def k(args: list[Any], specs: list[dict[str, Any]]) -> list[torch.Tensor]:
         dev_args = [a.to(state.device) if isinstance(a, torch.Tensor) else a for a in args]
         outs = alloc_outputs(state, output_specs(specs), None)
@@ -90,12 +91,28 @@ def train(state: HarnessState, request: CanaryTrainRequest) -> CanaryTrainReply:
     # weights stay on the device where the reply's outputs are exported there (worker.sandbox.device_share)
     on_device = state.exporter is not None and torch.device(state.device).type == "cuda"
     first: dict[str, float] = {}
-    outs = train_stacked(request.profile, request.binding, [kernel] * len(opts), request.init, request.batches, opts,
-                         state.device, tuple(steps), keep_on_device=on_device, timings=first)
-    runs = [TrainedRun(optimizer=opt, losses=out.losses, checkpoint_steps=sorted(out.checkpoints))
-            for opt, out in zip(opts, outs)]
-    weights = checkpoint_wire.pack([out.checkpoints for out in outs], steps, request.init,
-                                   torch.device(state.device) if on_device else torch.device("cpu"))
+    outs = train_stacked(
+        request.profile,
+        request.binding,
+        [kernel] * len(opts),
+        request.init,
+        request.batches,
+        opts,
+        state.device,
+        tuple(steps),
+        keep_on_device=on_device,
+        timings=first,
+    )
+    runs = [
+        TrainedRun(optimizer=opt, losses=out.losses, checkpoint_steps=sorted(out.checkpoints))
+        for opt, out in zip(opts, outs)
+    ]
+    weights = checkpoint_wire.pack(
+        [out.checkpoints for out in outs],
+        steps,
+        request.init,
+        torch.device(state.device) if on_device else torch.device("cpu"),
+    )
     return CanaryTrainReply(runs=runs, outputs=[weights], first_step_s=first.get("first_step_s"))
 
 

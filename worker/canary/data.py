@@ -65,9 +65,12 @@ def canary_text(p: CanaryProfile, seed: int, stats: LoadedTokenStats | None = No
         return CanaryText(
             batches=draw_batches(train, p.steps, p.batch_size, p.seq_len, seed),
             heldout=heldout_set(held, p.heldout_sequences, p.seq_len),
-            evidence={"user_statistics": False,
-                      "source": f"built-in text: the King James Bible, byte-level BPE with {p.vocab_size} ids",
-                      "train_ids": len(train), "heldout_ids": len(held)},
+            evidence={
+                "user_statistics": False,
+                "source": f"built-in text: the King James Bible, byte-level BPE with {p.vocab_size} ids",
+                "train_ids": len(train),
+                "heldout_ids": len(held),
+            },
         )
     if stats.kind == "sample":
         return _from_sample(p, seed, stats)
@@ -82,8 +85,12 @@ def _user_evidence(stats: LoadedTokenStats, vocab_size: int, folded: int, of: in
         ("bins" if stats.kind == "histogram" else "ids"): int(stats.values.numel()),
         "vocab_size": vocab_size,
         "folded_ids": folded,
-        "folded_note": (f"{folded} of {of} ids were >= the canary's vocab_size {vocab_size} and were folded into it "
-                        "(id % vocab_size)") if folded else f"every id was below the canary's vocab_size {vocab_size}",
+        "folded_note": (
+            f"{folded} of {of} ids were >= the canary's vocab_size {vocab_size} and were folded into it "
+            "(id % vocab_size)"
+        )
+        if folded
+        else f"every id was below the canary's vocab_size {vocab_size}",
     }
 
 
@@ -109,15 +116,20 @@ def _from_sample(p: CanaryProfile, seed: int, stats: LoadedTokenStats) -> Canary
     ids = ids % p.vocab_size
     train, held = split_sample(ids, p.heldout_fraction)
     need = p.seq_len + 2  # one window of seq_len+1 ids, and more than one place to start it
-    evidence = {**_user_evidence(stats, p.vocab_size, folded, len(ids)),
-                "drawn": f"contiguous windows of {p.seq_len + 1} ids: training from the first "
-                         f"{1 - p.heldout_fraction:.0%} of the sample ({len(train)} ids), held-out from the last "
-                         f"{p.heldout_fraction:.0%} ({len(held)} ids)",
-                "train_ids": len(train), "heldout_ids": len(held)}
+    evidence = {
+        **_user_evidence(stats, p.vocab_size, folded, len(ids)),
+        "drawn": f"contiguous windows of {p.seq_len + 1} ids: training from the first "
+        f"{1 - p.heldout_fraction:.0%} of the sample ({len(train)} ids), held-out from the last "
+        f"{p.heldout_fraction:.0%} ({len(held)} ids)",
+        "train_ids": len(train),
+        "heldout_ids": len(held),
+    }
     short = [name for name, part in (("training", train), ("held-out", held)) if len(part) < need]
     if short:
-        evidence["wrapped"] = (f"the {' and '.join(short)} part(s) hold fewer than {need} ids and were repeated end to "
-                               "end, so windows wrap around; send a longer sample for independent windows")
+        evidence["wrapped"] = (
+            f"the {' and '.join(short)} part(s) hold fewer than {need} ids and were repeated end to "
+            "end, so windows wrap around; send a longer sample for independent windows"
+        )
     return CanaryText(
         batches=draw_batches(_wrapped(train, need), p.steps, p.batch_size, p.seq_len, seed),
         heldout=heldout_set(_wrapped(held, need), p.heldout_sequences, p.seq_len),
@@ -131,11 +143,15 @@ def _from_histogram(p: CanaryProfile, seed: int, stats: LoadedTokenStats) -> Can
     width = p.seq_len + 1
     # the probes' own draw (worker.probes.token_stats): i.i.d. from the histogram, folded into [0, vocab_size)
     train, folded_train = stats.draw(p.steps * p.batch_size * width, p.vocab_size, torch.Generator().manual_seed(seed))
-    held, folded_held = stats.draw(p.heldout_sequences * width, p.vocab_size, torch.Generator().manual_seed(HELDOUT_SEED))
-    evidence = {**_user_evidence(stats, p.vocab_size, folded_train + folded_held, train.numel() + held.numel()),
-                "drawn": f"i.i.d. from the histogram: {train.numel()} training ids (audit seed), {held.numel()} "
-                         f"held-out ids (fixed seed {HELDOUT_SEED})",
-                "folded_mass": float(probs[p.vocab_size:].sum()) if len(probs) > p.vocab_size else 0.0}
+    held, folded_held = stats.draw(
+        p.heldout_sequences * width, p.vocab_size, torch.Generator().manual_seed(HELDOUT_SEED)
+    )
+    evidence = {
+        **_user_evidence(stats, p.vocab_size, folded_train + folded_held, train.numel() + held.numel()),
+        "drawn": f"i.i.d. from the histogram: {train.numel()} training ids (audit seed), {held.numel()} "
+        f"held-out ids (fixed seed {HELDOUT_SEED})",
+        "folded_mass": float(probs[p.vocab_size :].sum()) if len(probs) > p.vocab_size else 0.0,
+    }
     return CanaryText(
         batches=train.reshape(p.steps, p.batch_size, width).to(torch.int32),
         heldout=held.reshape(p.heldout_sequences, width),

@@ -21,6 +21,7 @@ import torch
 from pydantic import BaseModel
 
 from worker.problem_spec import OutputBudget
+import itertools
 
 COUNT_EDGES = (1, 2, 8, 64, 512, 4096)
 
@@ -54,7 +55,12 @@ def _rel(a: torch.Tensor, exact: torch.Tensor) -> float:
 
 
 def fidelity(
-    step: int, name: str, out: torch.Tensor, exact: torch.Tensor, budget: OutputBudget | None, counts: torch.Tensor | None
+    step: int,
+    name: str,
+    out: torch.Tensor,
+    exact: torch.Tensor,
+    budget: OutputBudget | None,
+    counts: torch.Tensor | None,
 ) -> list[BucketFidelity]:
     """Normwise error per bucket of the kernel's output vs fp64, as a ratio to the ideal output's."""
     dev = exact.device  # judged where the fp64 result is (the GPU when the audit has one)
@@ -68,7 +74,7 @@ def fidelity(
         assert counts is not None
         c = counts.to(dev)
         edges = [*COUNT_EDGES, None]
-        for lo, hi in zip(edges[:-1], edges[1:]):
+        for lo, hi in itertools.pairwise(edges):
             assert lo is not None
             sel = (c >= lo) if hi is None else ((c >= lo) & (c < hi))
             if bool(sel.any()):
@@ -80,15 +86,33 @@ def fidelity(
         o, e, i = (out_d, exact, ideal) if sel is None else (out_d[sel], exact[sel], ideal[sel])
         k_err, i_err = _rel(o, e), _rel(i, e)
         ratio = k_err / max(i_err, floor) if math.isfinite(k_err) else math.inf
-        res.append(BucketFidelity(step=step, output=name, bucket=label, rows=int(o.shape[0]) if o.dim() else 1,
-                                  kernel_rel_err=k_err, ideal_rel_err=i_err, ratio=ratio))
+        res.append(
+            BucketFidelity(
+                step=step,
+                output=name,
+                bucket=label,
+                rows=int(o.shape[0]) if o.dim() else 1,
+                kernel_rel_err=k_err,
+                ideal_rel_err=i_err,
+                ratio=ratio,
+            )
+        )
     if by_rows:  # rows nothing points at must stay exactly zero
         assert counts is not None
         empty = counts.cpu() == 0
         if bool(empty.any()):
             stray = float(out_d[empty].abs().max()) if bool(empty.any()) else 0.0
-            res.append(BucketFidelity(step=step, output=name, bucket="0", rows=int(empty.sum()),
-                                      kernel_rel_err=stray, ideal_rel_err=0.0, ratio=0.0 if stray == 0 else math.inf))
+            res.append(
+                BucketFidelity(
+                    step=step,
+                    output=name,
+                    bucket="0",
+                    rows=int(empty.sum()),
+                    kernel_rel_err=stray,
+                    ideal_rel_err=0.0,
+                    ratio=0.0 if stray == 0 else math.inf,
+                )
+            )
     return res
 
 
@@ -107,7 +131,10 @@ class LossJudgement(BaseModel):
 
 
 def _gaps(a: list[float], b: list[float]) -> list[float]:
-    return [x - y if math.isfinite(x) and math.isfinite(y) else (math.inf if not math.isfinite(x) else -math.inf) for x, y in zip(a, b)]
+    return [
+        x - y if math.isfinite(x) and math.isfinite(y) else (math.inf if not math.isfinite(x) else -math.inf)
+        for x, y in zip(a, b)
+    ]
 
 
 def _mean(xs: list[float]) -> float:
@@ -115,8 +142,13 @@ def _mean(xs: list[float]) -> float:
 
 
 def judge_loss(
-    optimizer: str, steps: list[int], reference: list[float], submission: list[float], nulls: list[list[float]],
-    band_factor: float, loss_floor: float,
+    optimizer: str,
+    steps: list[int],
+    reference: list[float],
+    submission: list[float],
+    nulls: list[list[float]],
+    band_factor: float,
+    loss_floor: float,
 ) -> LossJudgement:
     gap = _gaps(submission, reference)
     null_gaps = [_gaps(n, reference) for n in nulls]
@@ -126,8 +158,16 @@ def judge_loss(
     threshold = max(band_factor * band, loss_floor)
     mean_gap = _mean(gap)
     return LossJudgement(
-        optimizer=optimizer, checkpoints=steps, reference=reference, submission=submission, gap=gap, mean_gap=mean_gap,
-        null_mean_gaps=null_means, null_gaps=null_gaps, band=band, threshold=threshold,
+        optimizer=optimizer,
+        checkpoints=steps,
+        reference=reference,
+        submission=submission,
+        gap=gap,
+        mean_gap=mean_gap,
+        null_mean_gaps=null_means,
+        null_gaps=null_gaps,
+        band=band,
+        threshold=threshold,
         exceeded=bool(mean_gap > threshold or math.isnan(mean_gap)),
     )
 

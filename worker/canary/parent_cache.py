@@ -51,11 +51,29 @@ def _tensor_digest(h: Any, t: torch.Tensor) -> None:
     h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
 
 
-def key(*, definition: str, binding: str, profile: str, device: str, seed: int, batches: torch.Tensor,
-        heldout: torch.Tensor, init: dict[str, torch.Tensor]) -> str:
+def key(
+    *,
+    definition: str,
+    binding: str,
+    profile: str,
+    device: str,
+    seed: int,
+    batches: torch.Tensor,
+    heldout: torch.Tensor,
+    init: dict[str, torch.Tensor],
+) -> str:
     """The cache key: every input of the parent's training."""
     h = hashlib.sha256()
-    for part in (str(FORMAT), _code_digest(), torch.__version__, definition, binding, profile, torch.device(device).type, str(seed)):
+    for part in (
+        str(FORMAT),
+        _code_digest(),
+        torch.__version__,
+        definition,
+        binding,
+        profile,
+        torch.device(device).type,
+        str(seed),
+    ):
         h.update(part.encode())
         h.update(b"\0")
     _tensor_digest(h, batches)

@@ -47,8 +47,10 @@ class DefinitionBundle(BaseModel):
                 # a safetensors input names a file, which an upload carries no way to ship
                 blobs = [n for n, i in w.inputs.items() if i.type == "safetensors"]
                 if blobs:
-                    problems.append(f"{label}[{w.uuid}]: inputs {blobs} are safetensors files, which an uploaded "
-                                    "definition cannot carry (use random, scalar or custom inputs)")
+                    problems.append(
+                        f"{label}[{w.uuid}]: inputs {blobs} are safetensors files, which an uploaded "
+                        "definition cannot carry (use random, scalar or custom inputs)"
+                    )
                 if any(i.type == "custom" for i in w.inputs.values()) and not d.custom_inputs_entrypoint:
                     problems.append(f"{label}[{w.uuid}]: custom inputs need the definition's custom_inputs_entrypoint")
         if problems:

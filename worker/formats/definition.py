@@ -27,8 +27,10 @@ class VarAxis(BaseModel):
 class ExprAxis(BaseModel):
     model_config = ConfigDict(extra="allow")
     type: Literal["expr"]
-    expression: str = Field(max_length=expr.MAX_EXPRESSION_CHARS,
-                            description="Python arithmetic over other axis names, e.g. 'num_tokens * 2'")
+    expression: str = Field(
+        max_length=expr.MAX_EXPRESSION_CHARS,
+        description="Python arithmetic over other axis names, e.g. 'num_tokens * 2'",
+    )
     description: str | None = None
 
     @field_validator("expression")

@@ -33,7 +33,9 @@ def check_entry(solution: Solution, inputs: Sequence[str], outputs: Sequence[str
     assigned = {t.id for n in tree.body if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)}
     fn = spec.entry_function
     if fn not in funcs and fn not in assigned:
-        return [EntryProblem("spec.entry_point", f"entry point '{fn}' is not defined at the top level of {spec.entry_file}")]
+        return [
+            EntryProblem("spec.entry_point", f"entry point '{fn}' is not defined at the top level of {spec.entry_file}")
+        ]
     if fn not in funcs:
         return []
     expected = len(inputs) + len(outputs) if spec.destination_passing_style else len(inputs)
@@ -42,6 +44,11 @@ def check_entry(solution: Solution, inputs: Sequence[str], outputs: Sequence[str
     if a.vararg is None and positional < expected:
         style = "inputs then outputs (destination passing style)" if spec.destination_passing_style else "inputs"
         names = list(inputs) + (list(outputs) if spec.destination_passing_style else [])
-        return [EntryProblem("spec.entry_point", f"entry point '{fn}' takes {positional} positional arguments; the definition "
-                             f"needs {expected}: {style} in order {names}")]
+        return [
+            EntryProblem(
+                "spec.entry_point",
+                f"entry point '{fn}' takes {positional} positional arguments; the definition "
+                f"needs {expected}: {style} in order {names}",
+            )
+        ]
     return []

@@ -23,7 +23,7 @@ def plain_reason(msg: str) -> str:
     """pydantic's message without the 'Value error, ' prefix it adds to a validator's own words."""
     for prefix in _PYDANTIC_PREFIXES:
         if msg.startswith(prefix):
-            return msg[len(prefix):]
+            return msg[len(prefix) :]
     return msg
 
 

@@ -151,11 +151,28 @@ def check(expression: str) -> None:
     nodes = list(ast.walk(tree))
     if len(nodes) > MAX_NODES:
         raise ExpressionError(f"the expression has more than {MAX_NODES} operations")
-    allowed = (ast.Expression, ast.Constant, ast.Name, ast.Load, ast.UnaryOp, ast.BinOp, ast.Compare, ast.BoolOp,
-               ast.USub, ast.UAdd, ast.Not, ast.And, ast.Or, *_BINARY, *_COMPARE)
+    allowed = (
+        ast.Expression,
+        ast.Constant,
+        ast.Name,
+        ast.Load,
+        ast.UnaryOp,
+        ast.BinOp,
+        ast.Compare,
+        ast.BoolOp,
+        ast.USub,
+        ast.UAdd,
+        ast.Not,
+        ast.And,
+        ast.Or,
+        *_BINARY,
+        *_COMPARE,
+    )
     for node in nodes:
         if not isinstance(node, allowed):
-            raise ExpressionError(f"'{type(node).__name__}' is not allowed: only arithmetic and comparisons on axis names")
+            raise ExpressionError(
+                f"'{type(node).__name__}' is not allowed: only arithmetic and comparisons on axis names"
+            )
         if isinstance(node, ast.Constant) and (isinstance(node.value, bool) or not isinstance(node.value, int | float)):
             raise ExpressionError(f"only integer and float literals are allowed, not {type(node.value).__name__}")
 

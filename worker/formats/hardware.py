@@ -20,12 +20,31 @@ LOCAL: Final = "LOCAL"
 
 # NVIDIA data-centre and workstation GPUs a kernel is commonly tuned for (SOL-ExecBench's enum has B200)
 GPU_MODELS: Final[tuple[str, ...]] = (
-    "B200", "B100", "B300", "GB200", "GB300",
-    "H100", "H200", "H800", "H20", "GH200",
-    "A100", "A800", "A40", "A30", "A10", "A10G",
-    "L4", "L40", "L40S",
-    "V100", "T4",
-    "RTX_4090", "RTX_5090", "RTX_6000_ADA", "RTX_PRO_6000",
+    "B200",
+    "B100",
+    "B300",
+    "GB200",
+    "GB300",
+    "H100",
+    "H200",
+    "H800",
+    "H20",
+    "GH200",
+    "A100",
+    "A800",
+    "A40",
+    "A30",
+    "A10",
+    "A10G",
+    "L4",
+    "L40",
+    "L40S",
+    "V100",
+    "T4",
+    "RTX_4090",
+    "RTX_5090",
+    "RTX_6000_ADA",
+    "RTX_PRO_6000",
 )
 
 HARDWARE: Final[dict[str, frozenset[DeviceKind]]] = {

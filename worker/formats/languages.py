@@ -14,7 +14,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Final, Literal, get_args
 
-Language = Literal["pytorch", "triton", "cute_dsl", "cutile", "cudnn_frontend", "cuda_cpp", "cutlass", "cudnn", "cublas"]
+Language = Literal[
+    "pytorch", "triton", "cute_dsl", "cutile", "cudnn_frontend", "cuda_cpp", "cutlass", "cudnn", "cublas"
+]
 LANGUAGES: Final[tuple[Language, ...]] = get_args(Language)
 
 LanguageFamily = Literal["python", "cpp"]
@@ -54,5 +56,7 @@ def gpu_only(languages: Iterable[Language]) -> list[Language]:
 
 def legacy_note(old: str, new: tuple[Language, ...]) -> str:
     """The compat note a report shows for a solution written in the older form."""
-    return (f"spec.language '{old}' is kernel-audit's older form; read as spec.languages {list(new)} "
-            "(SOL-ExecBench's form: a list of pytorch, triton, cute_dsl, cutile, cudnn_frontend, cuda_cpp, cutlass, cudnn, cublas)")
+    return (
+        f"spec.language '{old}' is kernel-audit's older form; read as spec.languages {list(new)} "
+        "(SOL-ExecBench's form: a list of pytorch, triton, cute_dsl, cutile, cudnn_frontend, cuda_cpp, cutlass, cudnn, cublas)"
+    )

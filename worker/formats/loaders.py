@@ -80,15 +80,17 @@ def load_workloads(path: Path, definition: str | None = None) -> list[Workload]:
                 named = (trace.definition, i)
             elif trace.definition != named[0]:
                 whose = "the definition being loaded" if named[1] == 0 else f"line {named[1]}'s"
-                raise FormatError(f"{path}:{i}", [f"definition: a workload of '{trace.definition}', not of "
-                                                  f"'{named[0]}' ({whose})"])
+                raise FormatError(
+                    f"{path}:{i}", [f"definition: a workload of '{trace.definition}', not of '{named[0]}' ({whose})"]
+                )
             data = trace.workload
         out.append(parse_model(Workload, data, f"{path}:{i}"))
     return out
 
 
-def solution_from_python_file(path: Path, definition: str, *, destination_passing_style: bool = True,
-                              entry_function: str = "run") -> Solution:
+def solution_from_python_file(
+    path: Path, definition: str, *, destination_passing_style: bool = True, entry_function: str = "run"
+) -> Solution:
     """The shorthand: a single .py file with a `run` function is a pytorch solution (triton if it imports triton)."""
     try:
         content = path.read_text()

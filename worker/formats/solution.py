@@ -102,16 +102,20 @@ def _check_aliases(sources: list[Any]) -> None:
         if key in first:
             j, other = first[key]
             same = "is the same path as" if path == other else f"names the same file ('{key[:200]}') as"
-            raise ValueError(f"sources.{i}.path: '{path[:200]}' {same} sources.{j}.path '{other[:200]}': the sandbox "
-                             "would write one over the other, and the static scan would read only one of them")
+            raise ValueError(
+                f"sources.{i}.path: '{path[:200]}' {same} sources.{j}.path '{other[:200]}': the sandbox "
+                "would write one over the other, and the static scan would read only one of them"
+            )
         first[key] = (i, path)
     for i, path, key in keyed:
         for parent in PurePosixPath(key).parents:
             hit = first.get(str(parent))
             if hit is not None and str(parent) != ".":
                 j, other = hit
-                raise ValueError(f"sources.{i}.path: '{path[:200]}' puts a file inside sources.{j}.path "
-                                 f"'{other[:200]}', which is a file: a path cannot be both a file and a folder")
+                raise ValueError(
+                    f"sources.{i}.path: '{path[:200]}' puts a file inside sources.{j}.path "
+                    f"'{other[:200]}', which is a file: a path cannot be both a file and a folder"
+                )
 
 
 class SourceFile(BaseModel):
@@ -131,9 +135,13 @@ class CompileOptions(BaseModel):
     # a misspelt key would silently drop the author's flags from the build
     model_config = ConfigDict(extra="forbid")
     cflags: list[str] = Field(default_factory=lambda: list(DEFAULT_CFLAGS), description="g++ flags, e.g. -O3")
-    cuda_cflags: list[str] = Field(default_factory=lambda: list(DEFAULT_CUDA_CFLAGS),
-                                   description="nvcc flags, e.g. -use_fast_math, --maxrregcount=64, -arch=sm_90")
-    ld_flags: list[str] = Field(default_factory=lambda: list(DEFAULT_LD_FLAGS), description="linker flags, e.g. -lcublas")
+    cuda_cflags: list[str] = Field(
+        default_factory=lambda: list(DEFAULT_CUDA_CFLAGS),
+        description="nvcc flags, e.g. -use_fast_math, --maxrregcount=64, -arch=sm_90",
+    )
+    ld_flags: list[str] = Field(
+        default_factory=lambda: list(DEFAULT_LD_FLAGS), description="linker flags, e.g. -lcublas"
+    )
 
 
 def read_older_spec(spec: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
@@ -143,11 +151,15 @@ def read_older_spec(spec: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     spec = dict(spec)
     old = spec.pop("language")
     if "languages" in spec:
-        raise ValueError("spec.language: give spec.languages only (SOL-ExecBench's form), not both it and spec.language")
+        raise ValueError(
+            "spec.language: give spec.languages only (SOL-ExecBench's form), not both it and spec.language"
+        )
     if not isinstance(old, str) or old not in LEGACY_LANGUAGES:
         shown = repr(old)[:100]
-        raise ValueError(f"spec.language: {shown} is not one of the older form's python, triton, cuda, cpp; SOL-ExecBench's "
-                         f"form is spec.languages, a list of {', '.join(LANGUAGES)}")
+        raise ValueError(
+            f"spec.language: {shown} is not one of the older form's python, triton, cuda, cpp; SOL-ExecBench's "
+            f"form is spec.languages, a list of {', '.join(LANGUAGES)}"
+        )
     new = LEGACY_LANGUAGES[old]
     spec["languages"] = list(new)
     return spec, [legacy_note(old, new)]
@@ -155,8 +167,12 @@ def read_older_spec(spec: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
 
 class SolutionSpec(BaseModel):
     model_config = ConfigDict(extra="allow")
-    languages: list[Language] = Field(min_length=1, description="SOL-ExecBench's languages; Python and C++ ones are not mixed")
-    target_hardware: list[str] = Field(default_factory=list, description="e.g. B200, H100, LOCAL (any); none: the default")
+    languages: list[Language] = Field(
+        min_length=1, description="SOL-ExecBench's languages; Python and C++ ones are not mixed"
+    )
+    target_hardware: list[str] = Field(
+        default_factory=list, description="e.g. B200, H100, LOCAL (any); none: the default"
+    )
     entry_point: str = Field(description="'file.py::function', or for C++ 'kernel.cu::function' it exports")
     destination_passing_style: bool = True
     binding: Binding | None = Field(default=None, description="torch, or null (torch for the C++ family)")
@@ -190,12 +206,16 @@ class SolutionSpec(BaseModel):
         python = [lang for lang in self.languages if lang in PYTHON_LANGUAGES]
         cpp = [lang for lang in self.languages if lang in CPP_LANGUAGES]
         if python and cpp:
-            raise ValueError(f"spec.languages: Python-loaded {python} and compiled C++ {cpp} cannot be mixed in one solution")
+            raise ValueError(
+                f"spec.languages: Python-loaded {python} and compiled C++ {cpp} cannot be mixed in one solution"
+            )
         suffixes = CPP_SUFFIXES if cpp else PYTHON_SUFFIXES
         if not self.entry_file.endswith(suffixes):
             kind = "a C/C++/CUDA file" if cpp else "a .py file"
-            raise ValueError(f"spec.entry_point: languages {self.languages} need {kind} as the entry file "
-                             f"({', '.join(suffixes)}), not '{self.entry_file[:200]}'")
+            raise ValueError(
+                f"spec.entry_point: languages {self.languages} need {kind} as the entry file "
+                f"({', '.join(suffixes)}), not '{self.entry_file[:200]}'"
+            )
         return self
 
     @property
@@ -277,7 +297,9 @@ class Solution(BaseModel):
         self.compat_notes = _unique([*self.compat_notes, *self.spec.compat_notes])
         paths = [s.path for s in self.sources]
         if self.spec.entry_file not in paths:
-            shown = ", ".join(repr(p[:100]) for p in paths[:5]) + (f" and {len(paths) - 5} more" if len(paths) > 5 else "")
+            shown = ", ".join(repr(p[:100]) for p in paths[:5]) + (
+                f" and {len(paths) - 5} more" if len(paths) > 5 else ""
+            )
             raise ValueError(f"spec.entry_point: file '{self.spec.entry_file[:200]}' is not among sources ({shown})")
         total = sum(len(s.content.encode()) for s in self.sources)
         if total > MAX_SOURCE_BYTES:

@@ -34,7 +34,9 @@ class SafetensorsInput(BaseModel):
         # the file is read from beside the definition: a path that leaves that folder reads whatever it names
         p = PurePosixPath(v)
         if p.is_absolute() or ".." in p.parts or "\\" in v or "\x00" in v:
-            raise ValueError("must be a relative path inside the definition's folder (no '..', no leading '/', no '\\')")
+            raise ValueError(
+                "must be a relative path inside the definition's folder (no '..', no leading '/', no '\\')"
+            )
         return v
 
 
@@ -43,9 +45,7 @@ class CustomInput(BaseModel):
     type: Literal["custom"]
 
 
-WorkloadInput = Annotated[
-    RandomInput | ScalarInput | SafetensorsInput | CustomInput, Field(discriminator="type")
-]
+WorkloadInput = Annotated[RandomInput | ScalarInput | SafetensorsInput | CustomInput, Field(discriminator="type")]
 
 
 class Workload(BaseModel):

@@ -36,11 +36,34 @@ _DTYPE_POSITIONAL = {torch.Tensor.to, torch.Tensor.type}
 _NO_REWRITE = {torch.Tensor.view}
 # calls whose result depends on how ties are broken, which differs between CUDA and the CPU
 _SELECTIONS = {
-    torch.topk, torch.Tensor.topk, torch.sort, torch.Tensor.sort, torch.argsort, torch.Tensor.argsort,
-    torch.msort, torch.argmax, torch.Tensor.argmax, torch.argmin, torch.Tensor.argmin, torch.kthvalue,
-    torch.Tensor.kthvalue, torch.max, torch.Tensor.max, torch.min, torch.Tensor.min, torch.median,
-    torch.Tensor.median, torch.nanmedian, torch.Tensor.nanmedian, torch.mode, torch.Tensor.mode, torch.unique,
-    torch.Tensor.unique, torch.searchsorted, torch.multinomial, torch.Tensor.multinomial,
+    torch.topk,
+    torch.Tensor.topk,
+    torch.sort,
+    torch.Tensor.sort,
+    torch.argsort,
+    torch.Tensor.argsort,
+    torch.msort,
+    torch.argmax,
+    torch.Tensor.argmax,
+    torch.argmin,
+    torch.Tensor.argmin,
+    torch.kthvalue,
+    torch.Tensor.kthvalue,
+    torch.max,
+    torch.Tensor.max,
+    torch.min,
+    torch.Tensor.min,
+    torch.median,
+    torch.Tensor.median,
+    torch.nanmedian,
+    torch.Tensor.nanmedian,
+    torch.mode,
+    torch.Tensor.mode,
+    torch.unique,
+    torch.Tensor.unique,
+    torch.searchsorted,
+    torch.multinomial,
+    torch.Tensor.multinomial,
 }
 
 
@@ -66,7 +89,9 @@ class _Promote(TorchFunctionMode):
         self.lowered: dict[str, int] = {}
         self.selects = False
 
-    def __torch_function__(self, func: Callable[..., Any], types: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None) -> Any:
+    def __torch_function__(
+        self, func: Callable[..., Any], types: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None
+    ) -> Any:
         kwargs = dict(kwargs or {})
         if func in _SELECTIONS:
             self.selects = True
@@ -75,10 +100,17 @@ class _Promote(TorchFunctionMode):
         if func in _CASTS:
             return args[0].to(self.target)
         t = self.target
-        args = tuple(_promote_value(a, t) if (not isinstance(a, torch.dtype) or func in _DTYPE_POSITIONAL) else a for a in args)
+        args = tuple(
+            _promote_value(a, t) if (not isinstance(a, torch.dtype) or func in _DTYPE_POSITIONAL) else a for a in args
+        )
         had_dtype = "dtype" in kwargs
         kwargs = {k: _promote_value(v, t) for k, v in kwargs.items()}
-        if self.device is not None and "device" not in kwargs and not _has_tensor(args) and not _has_tensor(kwargs.values()):
+        if (
+            self.device is not None
+            and "device" not in kwargs
+            and not _has_tensor(args)
+            and not _has_tensor(kwargs.values())
+        ):
             try:  # a factory (torch.zeros(n), torch.arange(n)) makes its tensor on the oracle's device
                 result = func(*args, **kwargs, device=self.device)
             except TypeError:
@@ -103,7 +135,9 @@ class OracleRun(BaseModel):
 
     precision: Precision
     note: str
-    partial: dict[str, int] = Field(default_factory=dict, description="ops that still returned a lower float (upcast after)")
+    partial: dict[str, int] = Field(
+        default_factory=dict, description="ops that still returned a lower float (upcast after)"
+    )
     fallback_reason: str | None = None
     device: str = "cpu"
 
@@ -113,7 +147,10 @@ def _outputs(result: Any) -> list[Any]:
 
 
 def run_promoted(
-    fn: Callable[..., Any], args: list[Any], target: torch.dtype, device: torch.device | None = None,
+    fn: Callable[..., Any],
+    args: list[Any],
+    target: torch.dtype,
+    device: torch.device | None = None,
 ) -> tuple[list[Any], dict[str, int], bool]:
     """`fn(*args)` with floats promoted to `target` (and factories on `device` where given); returns the outputs,
     the ops that were not promoted, and whether the function selected by order (see _SELECTIONS)."""
@@ -167,7 +204,7 @@ class GenericOracle:
                 outs, lowered, selects = run_promoted(fn, args, target, device if on_device else None)
             except torch.OutOfMemoryError:
                 raise
-            except Exception as err:  # noqa: BLE001 - the reference's own failure under promotion is reported
+            except Exception as err:  # the reference's own failure under promotion is reported
                 if on_device:  # the CPU run gives the reference's own error, or its result
                     raise _Rerun(sticky=False) from err
                 reasons.append(f"{precision} promotion raised {type(err).__name__}: {str(err)[:200]}")
@@ -180,10 +217,14 @@ class GenericOracle:
                 continue
             note = f"the definition's reference with inputs and float constants promoted to {precision}"
             if not getattr(self.reference, "trusted", True):
-                note = (f"the uploaded reference, isolated in its own sandbox, fed inputs promoted to {precision} "
-                        "(casts inside it are not promoted)")
+                note = (
+                    f"the uploaded reference, isolated in its own sandbox, fed inputs promoted to {precision} "
+                    "(casts inside it are not promoted)"
+                )
             if lowered:
-                note += f"; partial: {sum(lowered.values())} op(s) still computed below {precision} and were upcast after"
+                note += (
+                    f"; partial: {sum(lowered.values())} op(s) still computed below {precision} and were upcast after"
+                )
             return outs, OracleRun(
                 precision=precision,  # type: ignore[arg-type]
                 note=note,

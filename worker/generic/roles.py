@@ -71,10 +71,16 @@ def _high_axis(definition: Definition, name: str, spec: TensorSpec) -> tuple[str
     return None, "no axis says what range its values index"
 
 
-def _tied_axis(definition: Definition, name: str, spec: TensorSpec, value: Any, workload_axes: dict[str, int]) -> str | None:
+def _tied_axis(
+    definition: Definition, name: str, spec: TensorSpec, value: Any, workload_axes: dict[str, int]
+) -> str | None:
     if isinstance(value, bool) or not isinstance(value, int):
         return None
-    text = (spec.description or "") + " " + " ".join(c for c in definition.constraints if re.search(rf"\b{re.escape(name)}\b", c))
+    text = (
+        (spec.description or "")
+        + " "
+        + " ".join(c for c in definition.constraints if re.search(rf"\b{re.escape(name)}\b", c))
+    )
     for axis in sorted(definition.axes, key=len, reverse=True):
         if workload_axes.get(axis) == value and re.search(rf"\b{re.escape(axis)}\b", text):
             return axis
@@ -83,9 +89,11 @@ def _tied_axis(definition: Definition, name: str, spec: TensorSpec, value: Any, 
 
 def classify(definition: Definition, base: Workload) -> dict[str, InputRole]:
     """Each input's role, with the reason; `base` is the workload the probes start from."""
-    axes = definition.resolve_axes({a: base.axes[a] for a in definition.var_axes if a in base.axes}) if all(
-        a in base.axes for a in definition.var_axes
-    ) else dict(base.axes)
+    axes = (
+        definition.resolve_axes({a: base.axes[a] for a in definition.var_axes if a in base.axes})
+        if all(a in base.axes for a in definition.var_axes)
+        else dict(base.axes)
+    )
     roles: dict[str, InputRole] = {}
     for name, spec in definition.inputs.items():
         dtype = to_torch(spec.dtype)
@@ -93,24 +101,42 @@ def classify(definition: Definition, base: Workload) -> dict[str, InputRole]:
             w = base.inputs.get(name)
             value = getattr(w, "value", None)
             tied = _tied_axis(definition, name, spec, value, axes)
-            roles[name] = InputRole(name=name, role="scalar", why="scalar argument" + (f", equal to axis '{tied}'" if tied else ""), tied_axis=tied)
+            roles[name] = InputRole(
+                name=name,
+                role="scalar",
+                why="scalar argument" + (f", equal to axis '{tied}'" if tied else ""),
+                tied_axis=tied,
+            )
         elif dtype.is_floating_point:
             roles[name] = InputRole(name=name, role="float", why=f"{spec.dtype} tensor")
         elif dtype == torch.bool:
             roles[name] = InputRole(name=name, role="bool", why="bool tensor (mask): made as the workload makes it")
         else:
             declared = _declared(spec, "role")
-            looks = declared in ("token_ids", "ids", "indices", "targets") or bool(_ID_WORDS.search(name)) or bool(
-                _ID_DESC.search(_text(spec))
+            looks = (
+                declared in ("token_ids", "ids", "indices", "targets")
+                or bool(_ID_WORDS.search(name))
+                or bool(_ID_DESC.search(_text(spec)))
             )
             if not looks:
-                roles[name] = InputRole(name=name, role="int", why="integer tensor not named or described as ids: made as the workload makes it")
+                roles[name] = InputRole(
+                    name=name,
+                    role="int",
+                    why="integer tensor not named or described as ids: made as the workload makes it",
+                )
                 continue
             high, how = _high_axis(definition, name, spec)
             if high is None:
-                roles[name] = InputRole(name=name, role="int", why=f"looks like ids but {how}: made as the workload makes it")
+                roles[name] = InputRole(
+                    name=name, role="int", why=f"looks like ids but {how}: made as the workload makes it"
+                )
             else:
-                roles[name] = InputRole(name=name, role="ids", why=f"ids by {'declaration' if declared else 'name/description'}; range from {how}", high_axis=high)
+                roles[name] = InputRole(
+                    name=name,
+                    role="ids",
+                    why=f"ids by {'declaration' if declared else 'name/description'}; range from {how}",
+                    high_axis=high,
+                )
     return roles
 
 

@@ -47,7 +47,9 @@ def satisfies(definition: Definition, var_axes: dict[str, int]) -> bool:
     return True
 
 
-def _greedy(definition: Definition, base: dict[str, int], gen: torch.Generator, candidates: dict[str, list[int]]) -> dict[str, int]:
+def _greedy(
+    definition: Definition, base: dict[str, int], gen: torch.Generator, candidates: dict[str, list[int]]
+) -> dict[str, int]:
     """Move each axis to the first candidate that keeps the constraints (axes in random order)."""
     current = dict(base)
     names = list(candidates)
@@ -78,7 +80,12 @@ def numel_of(definition: Definition, var_axes: dict[str, int]) -> int:
 
 
 def long_axis(
-    definition: Definition, base: dict[str, int], axis: str, factor: int, gen: torch.Generator, keep: tuple[str, ...] = ()
+    definition: Definition,
+    base: dict[str, int],
+    axis: str,
+    factor: int,
+    gen: torch.Generator,
+    keep: tuple[str, ...] = (),
 ) -> dict[str, int] | None:
     """`axis` made `factor` times longer, other var axes halved (those not in `keep` first, largest first) to
     keep the inputs within 4x their base size."""
@@ -120,7 +127,9 @@ def jitter_bounds(v: int) -> tuple[int, int]:
     return max(lo, 1) * step, hi * step
 
 
-def jittered_keeping_divisibility(definition: Definition, var_axes: dict[str, int], gen: torch.Generator) -> dict[str, int]:
+def jittered_keeping_divisibility(
+    definition: Definition, var_axes: dict[str, int], gen: torch.Generator
+) -> dict[str, int]:
     """Each var axis >= MIN_JITTER within +-25%, with the same power of two dividing it (up to 16).
 
     A multiple of 16 stays a multiple of 16 and an odd size stays odd, so a probe keeps what it was written

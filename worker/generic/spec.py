@@ -43,9 +43,15 @@ def float_scalars(definition: Definition, base: Workload, roles: dict[str, Input
     for name, role in roles.items():
         w = base.inputs.get(name)
         spec = definition.inputs[name]
-        if role.role == "scalar" and role.tied_axis is None and w is not None and w.type == "scalar" \
-                and spec.dtype.startswith(("float", "bfloat")) and isinstance(w.value, (int, float)) \
-                and not isinstance(w.value, bool):
+        if (
+            role.role == "scalar"
+            and role.tied_axis is None
+            and w is not None
+            and w.type == "scalar"
+            and spec.dtype.startswith(("float", "bfloat"))
+            and isinstance(w.value, (int, float))
+            and not isinstance(w.value, bool)
+        ):
             out[name] = float(w.value)
     return out
 
@@ -96,10 +102,16 @@ def base_workload(definition: Definition, workloads: tuple[Workload, ...]) -> Wo
 
 def _scalar_inputs(roles: dict[str, InputRole]) -> dict[str, InputGenerator]:
     """Scalars tied to an axis follow the drawn axes; the others keep the workload's value."""
-    return {n: InputGenerator(kind="from_axis", axis=r.tied_axis) for n, r in roles.items() if r.role == "scalar" and r.tied_axis}
+    return {
+        n: InputGenerator(kind="from_axis", axis=r.tied_axis)
+        for n, r in roles.items()
+        if r.role == "scalar" and r.tied_axis
+    }
 
 
-def _budgets(definition: Definition, structure: Structure, roles: dict[str, InputRole], precision_ratio: float) -> dict[str, OutputBudget]:
+def _budgets(
+    definition: Definition, structure: Structure, roles: dict[str, InputRole], precision_ratio: float
+) -> dict[str, OutputBudget]:
     budgets = {}
     ids = [r for r in roles.values() if r.role == "ids"]
     for name, spec in definition.outputs.items():
@@ -116,7 +128,12 @@ def _budgets(definition: Definition, structure: Structure, roles: dict[str, Inpu
 
 
 def derive_plan(
-    definition: Definition, workloads: tuple[Workload, ...], profile: str, seed: int, reference: ReferenceRunner, *,
+    definition: Definition,
+    workloads: tuple[Workload, ...],
+    profile: str,
+    seed: int,
+    reference: ReferenceRunner,
+    *,
     max_ratio: float = 4.0,
 ) -> GenericPlan:
     """Budgets and probes for `definition`, drawn from `seed` (one plan per audit).
@@ -132,7 +149,9 @@ def derive_plan(
         small_case = build_case(definition, reference, small, seed)
         structure = infer_structure(definition, small_case, seed, reference)
     except Exception as err:  # noqa: BLE001 - the workload's own inputs failed to build: judge outputs whole
-        structure = Structure(note=f"could not build workload '{small.uuid}' to read the structure: {type(err).__name__}: {err}"[:300])
+        structure = Structure(
+            note=f"could not build workload '{small.uuid}' to read the structure: {type(err).__name__}: {err}"[:300]
+        )
     scalars = _scalar_inputs(roles)
     probes: list[ProbeSpec] = []
     skipped: list[str] = []
@@ -140,25 +159,51 @@ def derive_plan(
     ids = [r for r in roles.values() if r.role == "ids"]
     tensors = [n for n, s in definition.inputs.items() if not s.is_scalar and s.shape]
 
-    def add(name: str, why: str, axes: dict[str, int], inputs: dict[str, InputGenerator] | None = None, **extra: object) -> None:
+    def add(
+        name: str, why: str, axes: dict[str, int], inputs: dict[str, InputGenerator] | None = None, **extra: object
+    ) -> None:
         probes.append(
-            ProbeSpec(name=name, why=why, axes=axes, gpu_axes=axes, inputs={**(inputs or {}), **scalars}, base_workload=base.uuid, **extra)  # type: ignore[arg-type]
+            ProbeSpec(
+                name=name,
+                why=why,
+                axes=axes,
+                gpu_axes=axes,
+                inputs={**(inputs or {}), **scalars},
+                base_workload=base.uuid,
+                **extra,
+            )  # type: ignore[arg-type]
         )
 
-    add("workload_like", f"the benchmark's own distribution at axes drawn within +-{shapes.JITTER:.0%} of workload "
-        f"'{base.uuid}' (keeping the power of two dividing each): the baseline, and the case for the behavioural checks", shapes.jittered_keeping_divisibility(definition, base_axes, gen))
+    add(
+        "workload_like",
+        f"the benchmark's own distribution at axes drawn within +-{shapes.JITTER:.0%} of workload "
+        f"'{base.uuid}' (keeping the power of two dividing each): the baseline, and the case for the behavioural checks",
+        shapes.jittered_keeping_divisibility(definition, base_axes, gen),
+    )
     for name in floats:
         for scale in SCALES:
-            add(f"scale_{scale:g}:{name}", f"'{name}' at std {scale:g} (activations and gradients span 1e-4..1e3 in "
+            add(
+                f"scale_{scale:g}:{name}",
+                f"'{name}' at std {scale:g} (activations and gradients span 1e-4..1e3 in "
                 "training): catches fp16 overflow, lost eps, underflowing sums of squares",
-                shapes.jittered_keeping_divisibility(definition, base_axes, gen), {name: InputGenerator(kind="normal", std=scale)})
-        add(f"offset:{name}", f"'{name}' with mean {OFFSET_MEAN:g} and std 1 (un-centred activations, a residual "
-            "stream's drift): one-pass statistics cancel", shapes.jittered_keeping_divisibility(definition, base_axes, gen),
-            {name: InputGenerator(kind="normal", mean=OFFSET_MEAN, std=1.0)})
+                shapes.jittered_keeping_divisibility(definition, base_axes, gen),
+                {name: InputGenerator(kind="normal", std=scale)},
+            )
+        add(
+            f"offset:{name}",
+            f"'{name}' with mean {OFFSET_MEAN:g} and std 1 (un-centred activations, a residual "
+            "stream's drift): one-pass statistics cancel",
+            shapes.jittered_keeping_divisibility(definition, base_axes, gen),
+            {name: InputGenerator(kind="normal", mean=OFFSET_MEAN, std=1.0)},
+        )
         if len(definition.inputs[name].shape or []) >= 2:
-            add(f"zero_rows:{name}", f"a quarter of the rows of '{name}' exactly zero (padding tokens, masked "
-                "positions): a scale or norm of zero must not give 0/0", shapes.jittered_keeping_divisibility(definition, base_axes, gen),
-                {name: InputGenerator(kind="zero_rows", fraction=0.25)})
+            add(
+                f"zero_rows:{name}",
+                f"a quarter of the rows of '{name}' exactly zero (padding tokens, masked "
+                "positions): a scale or norm of zero must not give 0/0",
+                shapes.jittered_keeping_divisibility(definition, base_axes, gen),
+                {name: InputGenerator(kind="zero_rows", fraction=0.25)},
+            )
     for name, value in float_scalars(definition, base, roles).items():
         moved = moved_scalar(value)
         gens = {name: InputGenerator(kind="scalar", value=moved)}
@@ -166,40 +211,65 @@ def derive_plan(
         if abs(moved) < SMALL_CONSTANT:  # activations whose squares are of the eps's size: there it is not negligible
             gens.update({f: InputGenerator(kind="normal", std=math.sqrt(abs(moved))) for f in floats})
             regime = f", with float inputs at std {math.sqrt(abs(moved)):.3g} where it is not negligible"
-        add(f"constant:{name}", f"'{name}' moved from the workload's {value:g} to {moved:g}{regime}: a kernel that "
+        add(
+            f"constant:{name}",
+            f"'{name}' moved from the workload's {value:g} to {moved:g}{regime}: a kernel that "
             "hard-codes the benchmark's value instead of reading it is right only on the benchmark",
-            shapes.jittered_keeping_divisibility(definition, base_axes, gen), gens)
+            shapes.jittered_keeping_divisibility(definition, base_axes, gen),
+            gens,
+        )
     odd_axes = shapes.odd(definition, base_axes, gen)
     if odd_axes != base_axes:
         add("odd_shape", "axis sizes that are multiples of no block size: tail masks must be right", odd_axes)
     else:
         skipped.append("odd_shape: no var axis can take an odd size under the definition's constraints")
     if tensors:
-        add("strided", "inputs handed over as strided views (slices of a fused buffer): a kernel that assumes "
+        add(
+            "strided",
+            "inputs handed over as strided views (slices of a fused buffer): a kernel that assumes "
             "contiguous rows reads the wrong elements; advisory: the benchmark's contract is contiguous tensors, so a "
             "failure here is a note for whoever calls the kernel on views, not a verdict",
-            shapes.jittered_keeping_divisibility(definition, base_axes, gen), noncontiguous=tensors, advisory=True)
+            shapes.jittered_keeping_divisibility(definition, base_axes, gen),
+            noncontiguous=tensors,
+            advisory=True,
+        )
     reducible = [a for a in structure.reduced_axes if a in base_axes]
     for axis in reducible[:MAX_LONG_AXES]:
         axes = shapes.long_axis(definition, base_axes, axis, LONG_FACTOR.get(profile, 4), gen, keep=tuple(reducible))
         if axes is None:
             skipped.append(f"long_reduction:{axis}: no longer size fits the constraints and the size budget")
             continue
-        add(f"long_reduction:{axis}", f"the reference reduces over '{axis}'; a {axes[axis]}-long reduction shows a "
-            "low-precision accumulator's error growing with length", axes)
+        add(
+            f"long_reduction:{axis}",
+            f"the reference reduces over '{axis}'; a {axes[axis]}-long reduction shows a "
+            "low-precision accumulator's error growing with length",
+            axes,
+        )
     if not reducible:
         skipped.append(f"long_reduction: {structure.note or 'no var axis is reduced over'}")
     pad = pad_scalar(definition, base)
     for r in ids:
         high = r.high_axis or ""
         one = {"high_axis": high}
-        add(f"zipf_ids:{r.name}", f"'{r.name}' are ids ({r.why}): Zipf s=1.1 as token frequencies are",
-            shapes.jittered_keeping_divisibility(definition, base_axes, gen), {r.name: InputGenerator(kind="zipf_ids", s=1.1, **one)})
-        add(f"real_text_ids:{r.name}", f"'{r.name}' as real text tokenizes (or the user's token statistics)",
-            shapes.jittered_keeping_divisibility(definition, base_axes, gen), {r.name: InputGenerator(kind="real_text_ids", **one)})
-        add(f"hot_id:{r.name}", f"half of '{r.name}' one id (a frequent token, a collapsed router): many "
-            "contributions land on one row", shapes.jittered_keeping_divisibility(definition, base_axes, gen),
-            {r.name: InputGenerator(kind="hot_id", fraction=0.5, **one)}, adversarial=True)
+        add(
+            f"zipf_ids:{r.name}",
+            f"'{r.name}' are ids ({r.why}): Zipf s=1.1 as token frequencies are",
+            shapes.jittered_keeping_divisibility(definition, base_axes, gen),
+            {r.name: InputGenerator(kind="zipf_ids", s=1.1, **one)},
+        )
+        add(
+            f"real_text_ids:{r.name}",
+            f"'{r.name}' as real text tokenizes (or the user's token statistics)",
+            shapes.jittered_keeping_divisibility(definition, base_axes, gen),
+            {r.name: InputGenerator(kind="real_text_ids", **one)},
+        )
+        add(
+            f"hot_id:{r.name}",
+            f"half of '{r.name}' one id (a frequent token, a collapsed router): many contributions land on one row",
+            shapes.jittered_keeping_divisibility(definition, base_axes, gen),
+            {r.name: InputGenerator(kind="hot_id", fraction=0.5, **one)},
+            adversarial=True,
+        )
         if pad is None:
             skipped.append(f"padding:{r.name}: the definition has no pad/ignore scalar")
             continue
@@ -212,9 +282,15 @@ def derive_plan(
         if pad_value < 0 and "pad" in pad_name.lower():  # padding_idx = -1 means "no pad row": make one, id 0
             pad_value = 0
             pad_inputs[pad_name] = InputGenerator(kind="scalar", value=0)
-        add(f"padding:{r.name}", f"30% of '{r.name}' the pad value {pad_value} ({pad_name}), as padded batches are",
-            axes, {**pad_inputs, r.name: InputGenerator(kind="padding_heavy", fraction=0.3, pad_value=pad_value, **one)})
+        add(
+            f"padding:{r.name}",
+            f"30% of '{r.name}' the pad value {pad_value} ({pad_name}), as padded batches are",
+            axes,
+            {**pad_inputs, r.name: InputGenerator(kind="padding_heavy", fraction=0.3, pad_value=pad_value, **one)},
+        )
     if not ids:
         skipped.append("id distributions: no integer input is named or described as token ids, indices or targets")
     spec = AuditSpec(budgets=_budgets(definition, structure, roles, max_ratio), probes=probes)
-    return GenericPlan(spec=spec, base_workload=base.uuid, base_axes=base_axes, roles=roles, structure=structure, skipped=skipped)
+    return GenericPlan(
+        spec=spec, base_workload=base.uuid, base_axes=base_axes, roles=roles, structure=structure, skipped=skipped
+    )

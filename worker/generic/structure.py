@@ -57,12 +57,14 @@ def infer_structure(definition: Definition, case: Case, seed: int, reference: Re
     try:
         base, _, _ = run_promoted(fn, args, torch.float64)
     except Exception as err:  # noqa: BLE001 - then no structure can be read; outputs are judged whole
-        return Structure(note=f"could not run the promoted reference to read its structure: {type(err).__name__}: {err}"[:300])
+        return Structure(
+            note=f"could not run the promoted reference to read its structure: {type(err).__name__}: {err}"[:300]
+        )
     gen = torch.Generator().manual_seed(seed)
     out_names = list(definition.outputs)
     coupled: dict[str, set[str]] = {n: set() for n in out_names}
     float_axes: set[str] = set()
-    for pos, (name, spec) in enumerate(definition.inputs.items()):
+    for pos, spec in enumerate(definition.inputs.values()):
         t = args[pos]
         if spec.is_scalar or not isinstance(t, torch.Tensor) or not t.dtype.is_floating_point or t.numel() == 0:
             continue
@@ -100,8 +102,10 @@ def infer_structure(definition: Definition, case: Case, seed: int, reference: Re
         elif mixed:
             inner = mixed[-1]
             dims = [d for d in range(len(shape)) if d != inner]
-            why = (f"one group per vector along '{shape[inner]}' (the innermost axis the reference mixes values along; "
-                   f"mixed: {sorted(coupled[oname])})")
+            why = (
+                f"one group per vector along '{shape[inner]}' (the innermost axis the reference mixes values along; "
+                f"mixed: {sorted(coupled[oname])})"
+            )
         elif len(shape) >= 2:
             dims, why = [0], f"elementwise in its own axes: grouped by rows of '{shape[0]}'"
         else:

@@ -47,7 +47,7 @@ def ulps(a: torch.Tensor, b: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     d = torch.where(both_nan, torch.zeros_like(d), d)
     d = torch.where(torch.isnan(d), torch.full_like(d, math.inf), d)
     # the same infinity on both sides is equal
-    same = (a64 == b64)
+    same = a64 == b64
     return torch.where(same, torch.zeros_like(d), d)
 
 
@@ -55,7 +55,9 @@ def few(numel: int) -> int:
     return max(FEW_ELEMENTS, int(FEW_FRACTION * numel))
 
 
-def _float_pairs(names: list[str], a: list[torch.Tensor], b: list[torch.Tensor]) -> list[tuple[str, torch.Tensor, torch.Tensor]]:
+def _float_pairs(
+    names: list[str], a: list[torch.Tensor], b: list[torch.Tensor]
+) -> list[tuple[str, torch.Tensor, torch.Tensor]]:
     return [(n, x, y) for n, x, y in zip(names, a, b) if x.dtype.is_floating_point]
 
 
@@ -96,7 +98,9 @@ def check_determinism(
         )
     else:
         summary = f"two runs agree to within {ULP_SLACK:g} ulps (up to {FEW_ELEMENTS} elements or {FEW_FRACTION:g} of them excepted)"
-    return CheckResult(name="determinism", passed=not bad, summary=summary, details={"outputs": per_output, "ulp_slack": ULP_SLACK})
+    return CheckResult(
+        name="determinism", passed=not bad, summary=summary, details={"outputs": per_output, "ulp_slack": ULP_SLACK}
+    )
 
 
 def _is_poison(t: torch.Tensor, poison: float) -> torch.Tensor:
@@ -128,7 +132,9 @@ def check_poison(
     else:
         summary = "every output element is written (outputs pre-filled with NaN, then with -7)"
     return CheckResult(
-        name="outputs_written", passed=not bad, summary=summary,
+        name="outputs_written",
+        passed=not bad,
+        summary=summary,
         details={"outputs": per_output, "poison": [repr(poison_a), repr(poison_b)]},
     )
 
@@ -142,7 +148,10 @@ def _same(a: Any, b: Any, device: str = "cpu") -> bool:
         if a.shape != b.shape or a.dtype != b.dtype:
             return False
         if a.dtype.is_floating_point:
-            return bool(torch.equal(torch.nan_to_num(a, nan=0.0), torch.nan_to_num(b, nan=0.0)) and torch.equal(a.isnan(), b.isnan()))
+            return bool(
+                torch.equal(torch.nan_to_num(a, nan=0.0), torch.nan_to_num(b, nan=0.0))
+                and torch.equal(a.isnan(), b.isnan())
+            )
         return bool(torch.equal(a, b))
     return bool(a == b)
 
@@ -164,7 +173,9 @@ def check_inputs_unmodified(
         )
     else:
         summary = f"inputs unchanged after all {len(calls)} calls"
-    return CheckResult(name="inputs_unmodified", passed=not mutated, summary=summary, details={"mutated": mutated, "calls": len(calls)})
+    return CheckResult(
+        name="inputs_unmodified", passed=not mutated, summary=summary, details={"mutated": mutated, "calls": len(calls)}
+    )
 
 
 def check_permutation(
@@ -209,6 +220,8 @@ def check_permutation(
     else:
         summary = f"permuting along '{axis}' changes outputs at most at rounding level"
     return CheckResult(
-        name="order_invariance", passed=not bad, summary=summary,
+        name="order_invariance",
+        passed=not bad,
+        summary=summary,
         details={"axis": axis, "outputs": per_output, "changed_fraction_limit": CHANGED_FRACTION},
     )

@@ -139,8 +139,12 @@ def measure_output(
     if not dtype.is_floating_point:
         mismatches = int((out.to(torch.int64) != oracle.round().to(torch.int64)).sum())
         return OutputError(
-            output=name, dtype=str(dtype).removeprefix("torch."), max_ratio=budget.max_ratio,
-            groups=math.prod(group_shape), group_dims=dims, mismatches=mismatches,
+            output=name,
+            dtype=str(dtype).removeprefix("torch."),
+            max_ratio=budget.max_ratio,
+            groups=math.prod(group_shape),
+            group_dims=dims,
+            mismatches=mismatches,
         )
     ref = as_groups(oracle.to(torch.float64), dims)
     sub = as_groups(out.to(torch.float64), dims)
@@ -171,8 +175,11 @@ def measure_output(
         # per group, the largest honest error there; and everywhere at least the honest runs' typical relative error:
         # one group's rounding errors are a random walk, so a single honest sample is a noisy yardstick for it
         live_ref = ref_ok & (norm > 0)
-        scale = float(torch.linalg.vector_norm(honest_err[live_ref]) / torch.linalg.vector_norm(norm[live_ref])) \
-            if bool(live_ref.any()) else 0.0
+        scale = (
+            float(torch.linalg.vector_norm(honest_err[live_ref]) / torch.linalg.vector_norm(norm[live_ref]))
+            if bool(live_ref.any())
+            else 0.0
+        )
         denom = torch.maximum(denom, torch.maximum(honest_err, scale * norm))
     zero = ref_ok & (norm == 0)
     live = ref_ok & (norm > 0)
@@ -188,8 +195,11 @@ def measure_output(
         n = float(torch.linalg.vector_norm(norm[mask]))
         if n == 0:
             return 0.0
-        d = max(float(torch.linalg.vector_norm(ideal_err[mask])), FLOOR_FRACTION * u * n,
-                float(torch.linalg.vector_norm(honest_err[mask])) if honest_err is not None else 0.0)
+        d = max(
+            float(torch.linalg.vector_norm(ideal_err[mask])),
+            FLOOR_FRACTION * u * n,
+            float(torch.linalg.vector_norm(honest_err[mask])) if honest_err is not None else 0.0,
+        )
         return float(torch.linalg.vector_norm(err[mask])) / d
 
     result = OutputError(
@@ -208,14 +218,18 @@ def measure_output(
         floored_groups=int((live & (floor > ideal_err)).sum()),
         zero_groups=int(zero.sum()),
         zero_groups_nonzero=int(zero_nonzero.sum()),
-        zero_group_examples=[_unravel(int(i), group_shape) if group_shape else [] for i in zero_nonzero.nonzero().flatten()[:8]],
+        zero_group_examples=[
+            _unravel(int(i), group_shape) if group_shape else [] for i in zero_nonzero.nonzero().flatten()[:8]
+        ],
         nonfinite=nonfinite,
         bucket_kind=bucket_kind,
     )
     if labels is not None:
         labels = labels.to(torch.int64).reshape(-1)
         for lo, hi in edges:
-            in_bucket = (labels >= lo) & ((labels < hi) if hi is not None else torch.ones_like(labels, dtype=torch.bool))
+            in_bucket = (labels >= lo) & (
+                (labels < hi) if hi is not None else torch.ones_like(labels, dtype=torch.bool)
+            )
             mask = in_bucket & live
             zmask = in_bucket & zero
             if not bool(in_bucket.any()):

@@ -49,7 +49,12 @@ class PeakBandwidth(BaseModel):
 def from_properties(props: object) -> float | None:
     """memory_clock_rate (kHz) and memory_bus_width (bits), where this torch exposes them."""
     clock_khz, bus_bits = getattr(props, "memory_clock_rate", None), getattr(props, "memory_bus_width", None)
-    if not isinstance(clock_khz, int | float) or not isinstance(bus_bits, int | float) or clock_khz <= 0 or bus_bits <= 0:
+    if (
+        not isinstance(clock_khz, int | float)
+        or not isinstance(bus_bits, int | float)
+        or clock_khz <= 0
+        or bus_bits <= 0
+    ):
         return None
     return 2.0 * float(clock_khz) * 1e3 * float(bus_bits) / 8.0
 
@@ -63,7 +68,9 @@ def from_name(name: str) -> float | None:
     return None
 
 
-def peak_bandwidth(device_name: str | None, props: object | None, *, gpu: bool, setting: float | None = None) -> PeakBandwidth | None:
+def peak_bandwidth(
+    device_name: str | None, props: object | None, *, gpu: bool, setting: float | None = None
+) -> PeakBandwidth | None:
     """The peak to divide by (see the module's docstring for the order); None: no floor (a CPU with no setting)."""
     if setting is not None:
         return PeakBandwidth(bytes_per_s=setting, source="setting", device_name=device_name)
@@ -84,7 +91,9 @@ def device_peak_bandwidth(device: str, setting: float | None = None) -> PeakBand
     dev = torch.device(device)
     if dev.type != "cuda":
         return peak_bandwidth(None, None, gpu=False, setting=setting)
-    return peak_bandwidth(torch.cuda.get_device_name(dev), torch.cuda.get_device_properties(dev), gpu=True, setting=setting)
+    return peak_bandwidth(
+        torch.cuda.get_device_name(dev), torch.cuda.get_device_properties(dev), gpu=True, setting=setting
+    )
 
 
 class Table(BaseModel):
@@ -135,8 +144,13 @@ def bytes_touched(definition: Definition, args: list[Any], output_specs: list[di
         if any(lead in (other.shape or []) for other_name, other in specs if other_name != name):
             continue  # the leading axis runs along another input: every row is paired with something, and read
         rows = t.shape[0]
-        fits = [(n, d) for n, ids in tensors.items() if n != name and _is_index(ids)
-                for d in [_distinct_rows(ids, rows)] if d is not None]
+        fits = [
+            (n, d)
+            for n, ids in tensors.items()
+            if n != name and _is_index(ids)
+            for d in [_distinct_rows(ids, rows)]
+            if d is not None
+        ]
         if not fits or rows == 0:
             continue
         index, read = min(fits, key=lambda f: f[1])

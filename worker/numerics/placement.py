@@ -24,5 +24,7 @@ def on_device_or_cpu(device: torch.device | str, fn: Callable[[torch.device], T]
             return fn(dev)
         except torch.OutOfMemoryError:
             torch.cuda.empty_cache()
-            log.warning("the GPU ran out of memory; %s runs on the CPU instead", getattr(fn, "__qualname__", "the work"))
+            log.warning(
+                "the GPU ran out of memory; %s runs on the CPU instead", getattr(fn, "__qualname__", "the work")
+            )
     return fn(CPU)

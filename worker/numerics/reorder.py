@@ -23,6 +23,7 @@ from typing import Any, Literal
 import torch
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
+import itertools
 
 Style = Literal["split", "sequential"]
 STYLES: tuple[Style, ...] = ("split", "sequential")
@@ -33,8 +34,15 @@ _LOW = (torch.float16, torch.bfloat16)
 
 _SUMS = {torch.sum, torch.Tensor.sum}
 _MEANS = {torch.mean, torch.Tensor.mean}
-_MATMULS = {torch.matmul, torch.Tensor.matmul, torch.Tensor.__matmul__, torch.mm, torch.Tensor.mm, torch.bmm,
-            torch.Tensor.bmm}
+_MATMULS = {
+    torch.matmul,
+    torch.Tensor.matmul,
+    torch.Tensor.__matmul__,
+    torch.mm,
+    torch.Tensor.mm,
+    torch.bmm,
+    torch.Tensor.bmm,
+}
 _LINEAR = {F.linear}
 
 
@@ -57,14 +65,19 @@ def _sum_last(x: torch.Tensor, style: Style, acc: torch.dtype) -> torch.Tensor:
     chunk = max(1, -(-n // MAX_SEQUENTIAL_STEPS))
     total = x[..., :chunk].sum(-1)
     for lo in range(chunk, n, chunk):
-        total = total + x[..., lo:lo + chunk].sum(-1)
+        total = total + x[..., lo : lo + chunk].sum(-1)
     return total
 
 
-def _reduce(x: torch.Tensor, dim: Any, keepdim: bool, dtype: torch.dtype | None, style: Style, mean: bool) -> torch.Tensor:
+def _reduce(
+    x: torch.Tensor, dim: Any, keepdim: bool, dtype: torch.dtype | None, style: Style, mean: bool
+) -> torch.Tensor:
     nd = x.dim()
-    dims = list(range(nd)) if dim is None or (isinstance(dim, Sequence) and len(dim) == 0) else (
-        [dim] if isinstance(dim, int) else list(dim))
+    dims = (
+        list(range(nd))
+        if dim is None or (isinstance(dim, Sequence) and len(dim) == 0)
+        else ([dim] if isinstance(dim, int) else list(dim))
+    )
     dims = sorted({d % nd for d in dims}) if nd else []
     keep = [d for d in range(nd) if d not in dims]
     n = math.prod(x.shape[d] for d in dims) if dims else 1
@@ -93,7 +106,7 @@ def _matmul(a: torch.Tensor, b: torch.Tensor, style: Style) -> torch.Tensor:
         chunk = max(1, -(-k // MAX_SEQUENTIAL_STEPS))
         cuts = [*range(0, k, chunk), k]
     total: torch.Tensor | None = None
-    for lo, hi in zip(cuts, cuts[1:]):
+    for lo, hi in itertools.pairwise(cuts):
         if hi <= lo:
             continue
         part = torch.matmul(a[..., lo:hi], _k_slice(b, lo, hi))
@@ -114,8 +127,9 @@ class Reorder(TorchFunctionMode):
         self.style = style
         self.rewritten = 0
 
-    def __torch_function__(self, func: Callable[..., Any], types: Any, args: tuple[Any, ...] = (),
-                           kwargs: dict[str, Any] | None = None) -> Any:
+    def __torch_function__(
+        self, func: Callable[..., Any], types: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None
+    ) -> Any:
         kwargs = dict(kwargs or {})
         try:
             result = self._rewrite(func, args, kwargs)

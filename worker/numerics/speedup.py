@@ -60,7 +60,9 @@ def _padded(blocks: list[list[float]]) -> tuple[np.ndarray, np.ndarray]:
     return values, np.array([len(b) for b in blocks], dtype=np.intp)
 
 
-def _resampled_medians(values: np.ndarray, lengths: np.ndarray, picks: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+def _resampled_medians(
+    values: np.ndarray, lengths: np.ndarray, picks: np.ndarray, rng: np.random.Generator
+) -> np.ndarray:
     """For each row of `picks` (block indices), the median of the calls drawn with replacement inside each block."""
     resamples, n_blocks = picks.shape
     width = values.shape[1]
@@ -72,8 +74,14 @@ def _resampled_medians(values: np.ndarray, lengths: np.ndarray, picks: np.ndarra
     return np.nanmedian(drawn.reshape(resamples, n_blocks * width), axis=1)
 
 
-def speedup_interval(kernel_blocks: Sequence[Sequence[float]], reference_blocks: Sequence[Sequence[float]], *,
-                     seed: int, level: float = LEVEL, resamples: int = RESAMPLES) -> SpeedupInterval:
+def speedup_interval(
+    kernel_blocks: Sequence[Sequence[float]],
+    reference_blocks: Sequence[Sequence[float]],
+    *,
+    seed: int,
+    level: float = LEVEL,
+    resamples: int = RESAMPLES,
+) -> SpeedupInterval:
     """The speedup of the kernel over the reference with its `level` interval (see the module's docstring).
 
     Block i of each side must have been timed next to block i of the other. One block gives no variation between
@@ -93,4 +101,6 @@ def speedup_interval(kernel_blocks: Sequence[Sequence[float]], reference_blocks:
     alpha = 1.0 - level
     lo, hi = (float(q) for q in np.quantile(ratios, [alpha / 2, 1 - alpha / 2]))
     # a percentile interval of a skewed statistic can, rarely, leave out the estimate itself: widen it to include it
-    return SpeedupInterval(speedup=point, lo=min(lo, point), hi=max(hi, point), level=level, blocks=n, resamples=resamples)
+    return SpeedupInterval(
+        speedup=point, lo=min(lo, point), hi=max(hi, point), level=level, blocks=n, resamples=resamples
+    )

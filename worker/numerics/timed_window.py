@@ -108,8 +108,9 @@ def _lock_clocks(ident: str, want: str) -> tuple[bool, str]:
 
 
 @contextmanager
-def timed_window(device: str, settings: TimingSettings | None = None,
-                 on_wait: Callable[[], None] | None = None) -> Iterator[WindowRecord]:
+def timed_window(
+    device: str, settings: TimingSettings | None = None, on_wait: Callable[[], None] | None = None
+) -> Iterator[WindowRecord]:
     """The device's exclusive timed window (see the module's docstring). With the lock turned off, or its folder
     not writable, the window still runs, recorded as not exclusive."""
     s = settings or TimingSettings.from_env()

@@ -49,8 +49,9 @@ class TimingSettings(BaseModel):
         try:
             return cls.model_validate(values)
         except ValidationError as err:  # name the variable the operator set, not the field
-            bad = "; ".join(f"{PREFIX}{str(e['loc'][0]).upper()}={values.get(str(e['loc'][0]))!r}: {e['msg']}"
-                            for e in err.errors())
+            bad = "; ".join(
+                f"{PREFIX}{str(e['loc'][0]).upper()}={values.get(str(e['loc'][0]))!r}: {e['msg']}" for e in err.errors()
+            )
             raise ValueError(f"worker timing settings: {bad}") from None
 
     def retime_threshold(self, device: str) -> float:

@@ -39,7 +39,9 @@ def compare_output(
 ) -> OutputComparison:
     """Judge one kernel output `out` against the trusted reference `ref` (any device)."""
     if not isinstance(out, torch.Tensor):
-        return OutputComparison(name=name, ok=False, reason=f"{name}: the kernel returned a {type(out).__name__}, not a tensor")
+        return OutputComparison(
+            name=name, ok=False, reason=f"{name}: the kernel returned a {type(out).__name__}, not a tensor"
+        )
     exp_shape = tuple(ref.shape)
     if tuple(out.shape) != exp_shape:
         return OutputComparison(

@@ -82,11 +82,14 @@ def multiplicity_diagnosis(outcomes: list[ProbeOutcome]) -> str | None:
     low = next((b for b in buckets if b.lo >= 2), buckets[0])
     between = [b for b in buckets if low.lo < b.lo < top.lo]
     middle = between[len(between) // 2] if between else None
-    parts = [_fmt_bucket(top)] + ([_fmt_bucket(middle)] if middle else []) + ([_fmt_bucket(low)] if low is not top else [])
+    parts = (
+        [_fmt_bucket(top)] + ([_fmt_bucket(middle)] if middle else []) + ([_fmt_bucket(low)] if low is not top else [])
+    )
     guess = accumulator_guess(top.rel_err, top.mean_label)
     return (
         f"error grows with index multiplicity ('{out.output}', probe '{o.name}'"
-        f"{f' and {n_probes - 1} other(s)' if n_probes > 1 else ''}): " + "; ".join(parts)
+        f"{f' and {n_probes - 1} other(s)' if n_probes > 1 else ''}): "
+        + "; ".join(parts)
         + f"; consistent with low-precision accumulation ({guess}): accumulate in fp32 and round once at the end"
     )
 
@@ -169,7 +172,9 @@ def budget_diagnoses(outcomes: list[ProbeOutcome]) -> list[str]:
                 if out.worst_group_label is not None and out.bucket_kind:
                     kind, _, what = out.bucket_kind.partition(":")
                     label = (
-                        f", {out.worst_group_label} contributions" if kind == "index_count" else f", {what}={out.worst_group_label}"
+                        f", {out.worst_group_label} contributions"
+                        if kind == "index_count"
+                        else f", {what}={out.worst_group_label}"
                     )
                 lines.append(
                     f"'{out.output}' error is {out.worst_ratio:.1f}x the ideal output's in group {out.worst_group}{label} "

@@ -64,7 +64,9 @@ class GenContext:
 
     def axis(self, axis: str) -> int:
         if axis not in self.axes:
-            raise ProbeInputError(f"probe '{self.probe}', input '{self.name}': unknown axis '{axis}' (axes: {sorted(self.axes)})")
+            raise ProbeInputError(
+                f"probe '{self.probe}', input '{self.name}': unknown axis '{axis}' (axes: {sorted(self.axes)})"
+            )
         return self.axes[axis]
 
     def earlier(self, name: str) -> Any:
@@ -387,7 +389,12 @@ class ProbeSources:
 
 
 def _workload_inputs(
-    definition: Definition, probe: ProbeSpec, axes: dict[str, int], seed: int, sources: ProbeSources, device: str = "cpu",
+    definition: Definition,
+    probe: ProbeSpec,
+    axes: dict[str, int],
+    seed: int,
+    sources: ProbeSources,
+    device: str = "cpu",
     made: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The inputs the probe does not list, made the way its base workload makes them, at the probe's axes (random
@@ -402,19 +409,27 @@ def _workload_inputs(
     if base is None or sources.reference is None:
         raise ProbeInputError(f"probe '{probe.name}': base workload '{probe.base_workload}' is not available")
     var_axes = {a: axes[a] for a in definition.var_axes}
-    scalars = {n: ScalarInput(type="scalar", value=v) for n, v in (made or {}).items()
-               if n in base.inputs and base.inputs[n].type == "scalar"}
+    scalars = {
+        n: ScalarInput(type="scalar", value=v)
+        for n, v in (made or {}).items()
+        if n in base.inputs and base.inputs[n].type == "scalar"
+    }
     probe_workload = base.model_copy(update={"axes": var_axes, "inputs": {**base.inputs, **scalars}})
     try:
         case = build_case(definition, sources.reference, probe_workload, seed, device=device)
-    except Exception as err:  # noqa: BLE001 - the workload's own generator (custom inputs) rejected these axes
+    except Exception as err:  # the workload's own generator (custom inputs) rejected these axes
         raise ProbeInputError(f"probe '{probe.name}': workload '{base.uuid}' inputs at axes {var_axes}: {err}") from err
     return {n: v.cpu() if isinstance(v, torch.Tensor) else v for n, v in case.inputs.items() if n not in probe.inputs}
 
 
 def build_probe_case(
-    definition: Definition, probe: ProbeSpec, profile: str, seed: int, sources: ProbeSources | None = None,
-    notes: list[str] | None = None, device: str = "cpu",
+    definition: Definition,
+    probe: ProbeSpec,
+    profile: str,
+    seed: int,
+    sources: ProbeSources | None = None,
+    notes: list[str] | None = None,
+    device: str = "cpu",
 ) -> Case:
     """The probe's inputs at the profile's axes, in the definition's input order (on the CPU; with a GPU `device`,
     large float draws are made there)."""
@@ -433,7 +448,9 @@ def build_probe_case(
     def context(name: str) -> GenContext:
         spec = definition.inputs[name]
         shape = None if spec.is_scalar else definition.shape_of(spec, axes)
-        return GenContext(probe.name, name, shape, to_torch(spec.dtype), axes, done, gen, sources.token_stats, notes, bulk)
+        return GenContext(
+            probe.name, name, shape, to_torch(spec.dtype), axes, done, gen, sources.token_stats, notes, bulk
+        )
 
     for name, g in probe.inputs.items():
         done[name] = generate_input(context(name), g)
@@ -442,7 +459,9 @@ def build_probe_case(
         if name in done:
             continue
         if spec.is_scalar or not to_torch(spec.dtype).is_floating_point:
-            raise ProbeInputError(f"probe '{probe.name}': input '{name}' ({spec.dtype}) must be listed in the probe's inputs")
+            raise ProbeInputError(
+                f"probe '{probe.name}': input '{name}' ({spec.dtype}) must be listed in the probe's inputs"
+            )
         done[name] = normal(context(name), NormalParams())
     inputs = {name: done[name] for name in definition.inputs}
     shapes = {n: definition.shape_of(s, axes) for n, s in definition.outputs.items()}

@@ -21,10 +21,14 @@ class ProbeOutcome(BaseModel):
     kernel_error: str | None = Field(None, description="the kernel raised or its process died on this probe")
     input_error: str | None = Field(None, description="the probe's inputs could not be built (audit.json problem)")
     not_applicable: str | None = Field(None, description="a derived probe the definition's reference rejects (not run)")
-    oracle_note: str | None = Field(None, description="generic oracle: what this probe was judged against, where not fp64")
+    oracle_note: str | None = Field(
+        None, description="generic oracle: what this probe was judged against, where not fp64"
+    )
     outputs: list[OutputError] = Field(default_factory=list)
     input_stats: dict[str, Any] = Field(default_factory=dict)
-    timings: dict[str, float] = Field(default_factory=dict, description="seconds per phase: inputs, oracle, kernel, measure")
+    timings: dict[str, float] = Field(
+        default_factory=dict, description="seconds per phase: inputs, oracle, kernel, measure"
+    )
 
     @property
     def passed(self) -> bool:
@@ -53,8 +57,11 @@ class ProbeOutcome(BaseModel):
                 "rel_err": o.rel_err,
                 "ideal_rel_err": o.ideal_rel_err,
                 # the yardstick's other end: what honest implementations achieve (both numbers are shown)
-                **({"honest_rel_err": o.honest_rel_err, "honest_worst": o.honest_worst}
-                   if o.honest_rel_err is not None else {}),
+                **(
+                    {"honest_rel_err": o.honest_rel_err, "honest_worst": o.honest_worst}
+                    if o.honest_rel_err is not None
+                    else {}
+                ),
                 "groups": o.groups,
                 "floored_groups": o.floored_groups,
                 "zero_groups": o.zero_groups,

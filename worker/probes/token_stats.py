@@ -66,8 +66,9 @@ class LoadedTokenStats(BaseModel):
     values: torch.Tensor
 
     @classmethod
-    def from_bytes(cls, data: bytes, fmt: Format, kind: Kind = "auto", key: str | None = None, *,
-                   source: str) -> "LoadedTokenStats":
+    def from_bytes(
+        cls, data: bytes, fmt: Format, kind: Kind = "auto", key: str | None = None, *, source: str
+    ) -> "LoadedTokenStats":
         """The statistics in `data` (a .npy or .safetensors file's bytes); TokenStatsError names what is wrong,
         prefixed by `source`."""
         try:

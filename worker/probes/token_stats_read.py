@@ -31,9 +31,17 @@ MAX_HISTOGRAM_BINS = 2**24
 
 # safetensors dtype names -> numpy dtypes (little-endian, as the format stores them); BF16 is widened by hand
 _SAFETENSORS_DTYPES: dict[str, str] = {
-    "F64": "<f8", "F32": "<f4", "F16": "<f2",
-    "I64": "<i8", "I32": "<i4", "I16": "<i2", "I8": "i1",
-    "U64": "<u8", "U32": "<u4", "U16": "<u2", "U8": "u1",
+    "F64": "<f8",
+    "F32": "<f4",
+    "F16": "<f2",
+    "I64": "<i8",
+    "I32": "<i4",
+    "I16": "<i2",
+    "I8": "i1",
+    "U64": "<u8",
+    "U32": "<u4",
+    "U16": "<u2",
+    "U8": "u1",
 }
 
 
@@ -79,7 +87,9 @@ def parse(data: bytes, fmt: Format, kind: Kind = "auto", key: str | None = None)
         raise TokenStatsError(f"kind must be one of {', '.join(KINDS)}, not '{kind}'", "kind")
     if fmt == "npy":
         if key is not None:
-            raise TokenStatsError("key names a tensor of a safetensors file; a .npy file holds one array (leave key out)", "key")
+            raise TokenStatsError(
+                "key names a tensor of a safetensors file; a .npy file holds one array (leave key out)", "key"
+            )
         array = _read_npy(data)
     elif fmt == "safetensors":
         array, key = _read_safetensors(data, key)
@@ -93,12 +103,14 @@ def _read_npy(data: bytes) -> np.ndarray:
     try:
         version = np.lib.format.read_magic(fp)
         if version == (1, 0):
-            shape, fortran_order, dtype = np.lib.format.read_array_header_1_0(fp)
+            shape, _fortran_order, dtype = np.lib.format.read_array_header_1_0(fp)
         elif version == (2, 0):
-            shape, fortran_order, dtype = np.lib.format.read_array_header_2_0(fp)
+            shape, _fortran_order, dtype = np.lib.format.read_array_header_2_0(fp)
         else:
-            raise TokenStatsError(f"a .npy file of format version {version[0]}.{version[1]}; save it with numpy.save "
-                                  "as a plain integer or floating array (format 1.0 or 2.0)")
+            raise TokenStatsError(
+                f"a .npy file of format version {version[0]}.{version[1]}; save it with numpy.save "
+                "as a plain integer or floating array (format 1.0 or 2.0)"
+            )
     except (ValueError, OSError, EOFError) as err:  # bad magic, truncated or unparseable header
         if isinstance(err, TokenStatsError):
             raise
@@ -108,8 +120,10 @@ def _read_npy(data: bytes) -> np.ndarray:
     count = math.prod(shape)
     offset = fp.tell()
     if len(data) - offset != count * dtype.itemsize:
-        raise TokenStatsError(f"not a readable .npy array: its header announces {count} values "
-                              f"({count * dtype.itemsize} bytes) but {len(data) - offset} bytes follow it")
+        raise TokenStatsError(
+            f"not a readable .npy array: its header announces {count} values "
+            f"({count * dtype.itemsize} bytes) but {len(data) - offset} bytes follow it"
+        )
     return np.frombuffer(data, dtype=dtype, count=count, offset=offset)
 
 
@@ -122,7 +136,9 @@ def _read_safetensors(data: bytes, key: str | None) -> tuple[np.ndarray, str]:
         raise TokenStatsError(f"not a readable safetensors file ({err})") from err
     if key is None:
         if len(tensors) != 1:
-            raise TokenStatsError(f"the file holds tensors {sorted(tensors)[:20]}; name the tensor to use with key", "key")
+            raise TokenStatsError(
+                f"the file holds tensors {sorted(tensors)[:20]}; name the tensor to use with key", "key"
+            )
         key = next(iter(tensors))
     if key not in tensors:
         raise TokenStatsError(f"no tensor '{key[:200]}' in the file (it has {sorted(tensors)[:20]})", "key")
@@ -131,8 +147,10 @@ def _read_safetensors(data: bytes, key: str | None) -> tuple[np.ndarray, str]:
     if name == "BOOL":
         _check_dtype("b", "bool")
     if name != "BF16" and name not in _SAFETENSORS_DTYPES:
-        raise TokenStatsError(f"dtype {name} is not supported; use an integer dtype for ids or a floating one "
-                              "(F64, F32, F16, BF16) for a histogram")
+        raise TokenStatsError(
+            f"dtype {name} is not supported; use an integer dtype for ids or a floating one "
+            "(F64, F32, F16, BF16) for a histogram"
+        )
     _check_shape(shape)
     if name == "BF16":  # numpy has no bfloat16: its bits are the top half of a float32's
         bits = np.frombuffer(raw, dtype="<u2").astype(np.uint32) << 16
@@ -147,8 +165,10 @@ def _check_dtype(kind: str, name: str) -> None:
 
 def _check_shape(shape: tuple[int, ...]) -> None:
     if len(shape) != 1 or shape[0] == 0:
-        raise TokenStatsError(f"expected a non-empty 1-D array, got shape {shape}; flatten it (a sample of ids in "
-                              "order, or one count per token id)")
+        raise TokenStatsError(
+            f"expected a non-empty 1-D array, got shape {shape}; flatten it (a sample of ids in "
+            "order, or one count per token id)"
+        )
 
 
 def _validate(array: np.ndarray, kind: Kind, key: str | None) -> ParsedTokenStats:
@@ -158,7 +178,9 @@ def _validate(array: np.ndarray, kind: Kind, key: str | None) -> ParsedTokenStat
         kind = "histogram" if floating or (key or "").lower() in HISTOGRAM_KEYS else "sample"
     if kind == "histogram":
         if array.size > MAX_HISTOGRAM_BINS:
-            raise TokenStatsError(f"a histogram has at most {MAX_HISTOGRAM_BINS} bins (one per token id), not {array.size}")
+            raise TokenStatsError(
+                f"a histogram has at most {MAX_HISTOGRAM_BINS} bins (one per token id), not {array.size}"
+            )
         with np.errstate(over="ignore", invalid="ignore"):
             finite = not floating or bool(np.isfinite(array).all())
             total = float(array.sum(dtype=np.float64)) if finite else math.nan
@@ -166,8 +188,11 @@ def _validate(array: np.ndarray, kind: Kind, key: str | None) -> ParsedTokenStat
             raise TokenStatsError("a histogram needs finite, non-negative counts with a positive sum")
         return ParsedTokenStats(kind="histogram", raw=array, key=key)
     if floating:
-        raise TokenStatsError(f"a sample of token ids must be an integer array, not {array.dtype}; send integer ids, "
-                              "or kind 'histogram' for counts per id", "kind")
+        raise TokenStatsError(
+            f"a sample of token ids must be an integer array, not {array.dtype}; send integer ids, "
+            "or kind 'histogram' for counts per id",
+            "kind",
+        )
     if array.dtype.kind == "i" and int(array.min()) < 0:
         raise TokenStatsError("token ids must be >= 0")
     if array.dtype.kind == "u" and array.dtype.itemsize == 8 and int(array.max()) > np.iinfo(np.int64).max:

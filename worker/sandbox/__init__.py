@@ -15,8 +15,16 @@ from worker.sandbox.isolation import (
     namespaces_available,
 )
 
-_FROM_RUNNER = ("MalformedReply", "Sandbox", "SandboxCrash", "SandboxError", "SandboxOutOfMemory", "SandboxTimeout",
-                "SubmissionError", "default_isolation")
+_FROM_RUNNER = (
+    "MalformedReply",
+    "Sandbox",
+    "SandboxCrash",
+    "SandboxError",
+    "SandboxOutOfMemory",
+    "SandboxTimeout",
+    "SubmissionError",
+    "default_isolation",
+)
 
 
 def __getattr__(name: str) -> Any:
@@ -25,6 +33,17 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'worker.sandbox' has no attribute '{name}'")
 
 
-__all__ = ["Isolation", "IsolationPolicy", "IsolationUnavailable", "MalformedReply", "Sandbox", "SandboxCrash",
-           "SandboxError", "SandboxOutOfMemory", "SandboxTimeout", "SubmissionError", "default_isolation",
-           "namespaces_available"]
+__all__ = [
+    "Isolation",
+    "IsolationPolicy",
+    "IsolationUnavailable",
+    "MalformedReply",
+    "Sandbox",
+    "SandboxCrash",
+    "SandboxError",
+    "SandboxOutOfMemory",
+    "SandboxTimeout",
+    "SubmissionError",
+    "default_isolation",
+    "namespaces_available",
+]

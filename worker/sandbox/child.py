@@ -29,12 +29,15 @@ IMPORT_WAIT_S = 60.0  # the parent sends a request's fds before its frame: they 
 OPS = registry.HANDLERS
 
 
-def _take_device_inputs(share: socket.socket | None, msg: dict[str, Any], nonce: str, state: HarnessState) -> dict[str, Any]:
+def _take_device_inputs(
+    share: socket.socket | None, msg: dict[str, Any], nonce: str, state: HarnessState
+) -> dict[str, Any]:
     """The request's large inputs the parent exported on the device (worker.sandbox.device_share), copied into this
     process's own tensors. The driver running out of memory is reported as the device's, not as the kernel's fault."""
     try:
-        return device_share.receive_message(share, msg, nonce, str(state.device), time.monotonic() + IMPORT_WAIT_S,
-                                            device_share.INPUT_KEYS)
+        return device_share.receive_message(
+            share, msg, nonce, str(state.device), time.monotonic() + IMPORT_WAIT_S, device_share.INPUT_KEYS
+        )
     except device_share.DeviceShareOutOfMemory as err:
         raise torch.OutOfMemoryError(f"taking the request's inputs: {err}") from err
 
@@ -71,7 +74,7 @@ def main() -> None:
         except protocol.MalformedMessage as err:
             _error(write_fd, nonce, "harness", str(err))
             continue
-        except BaseException as err:  # noqa: BLE001 - taking the inputs failed (the device is full): as data
+        except BaseException as err:  # taking the inputs failed (the device is full): as data
             if isinstance(err, KeyboardInterrupt):
                 raise
             _error(write_fd, nonce, "submission", f"{type(err).__name__}: {err}", traceback.format_exc()[-4000:])
@@ -79,13 +82,15 @@ def main() -> None:
         try:
             served = handler(state, request)
             if not isinstance(served, model.reply_type):
-                raise TypeError(f"the '{op}' handler returned a {type(served).__name__}, not a {model.reply_type.__name__}")
+                raise TypeError(
+                    f"the '{op}' handler returned a {type(served).__name__}, not a {model.reply_type.__name__}"
+                )
             reply = served.wire()
             if state.exporter is not None and share is not None:
                 reply, fds = state.exporter.share_message(reply)
                 device_share.send_fds(share, nonce, fds)
             reply, _ = spill.spill_message(spill_dir, reply, nonce)
-        except BaseException as err:  # noqa: BLE001 - everything the submission raises goes back as data
+        except BaseException as err:  # everything the submission raises goes back as data
             if isinstance(err, KeyboardInterrupt):
                 raise
             _error(write_fd, nonce, "submission", f"{type(err).__name__}: {err}", traceback.format_exc()[-4000:])

@@ -41,7 +41,7 @@ import socket
 import termios
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
@@ -78,21 +78,30 @@ _CUDA_ERROR_OUT_OF_MEMORY = 2
 
 
 class _Location(ctypes.Structure):
-    _fields_ = [("type", ctypes.c_int), ("id", ctypes.c_int)]
+    _fields_: ClassVar[list[tuple[str, Any]]] = [("type", ctypes.c_int), ("id", ctypes.c_int)]
 
 
 class _AllocFlags(ctypes.Structure):
-    _fields_ = [("compressionType", ctypes.c_ubyte), ("gpuDirectRDMACapable", ctypes.c_ubyte),
-                ("usage", ctypes.c_ushort), ("reserved", ctypes.c_ubyte * 4)]
+    _fields_: ClassVar[list[tuple[str, Any]]] = [
+        ("compressionType", ctypes.c_ubyte),
+        ("gpuDirectRDMACapable", ctypes.c_ubyte),
+        ("usage", ctypes.c_ushort),
+        ("reserved", ctypes.c_ubyte * 4),
+    ]
 
 
 class _AllocProp(ctypes.Structure):
-    _fields_ = [("type", ctypes.c_int), ("requestedHandleTypes", ctypes.c_int), ("location", _Location),
-                ("win32HandleMetaData", ctypes.c_void_p), ("allocFlags", _AllocFlags)]
+    _fields_: ClassVar[list[tuple[str, Any]]] = [
+        ("type", ctypes.c_int),
+        ("requestedHandleTypes", ctypes.c_int),
+        ("location", _Location),
+        ("win32HandleMetaData", ctypes.c_void_p),
+        ("allocFlags", _AllocFlags),
+    ]
 
 
 class _AccessDesc(ctypes.Structure):
-    _fields_ = [("location", _Location), ("flags", ctypes.c_int)]
+    _fields_: ClassVar[list[tuple[str, Any]]] = [("location", _Location), ("flags", ctypes.c_int)]
 
 
 def _driver() -> ctypes.CDLL:
@@ -117,8 +126,11 @@ def _prop(ordinal: int) -> _AllocProp:
 
 def _granularity(lib: ctypes.CDLL, ordinal: int) -> int:
     g = ctypes.c_size_t()
-    _check(lib, lib.cuMemGetAllocationGranularity(ctypes.byref(g), ctypes.byref(_prop(ordinal)), _GRANULARITY_MINIMUM),
-           "cuMemGetAllocationGranularity")
+    _check(
+        lib,
+        lib.cuMemGetAllocationGranularity(ctypes.byref(g), ctypes.byref(_prop(ordinal)), _GRANULARITY_MINIMUM),
+        "cuMemGetAllocationGranularity",
+    )
     return int(g.value)
 
 
@@ -148,8 +160,13 @@ class _RawBytes:
     """A device address range in the CUDA array interface, for torch.as_tensor to wrap without a copy."""
 
     def __init__(self, ptr: int, nbytes: int) -> None:
-        self.__cuda_array_interface__ = {"shape": (nbytes,), "typestr": "|u1", "data": (ptr, False), "version": 3,
-                                         "strides": None}
+        self.__cuda_array_interface__ = {
+            "shape": (nbytes,),
+            "typestr": "|u1",
+            "data": (ptr, False),
+            "version": 3,
+            "strides": None,
+        }
 
 
 @dataclass
@@ -164,15 +181,30 @@ class _Mapping:
 
     def map(self, size: int, dev: _Device) -> None:
         lib = self.lib
-        _check(lib, lib.cuMemAddressReserve(ctypes.byref(self.ptr), ctypes.c_size_t(size), ctypes.c_size_t(dev.granularity),
-                                            ctypes.c_ulonglong(0), ctypes.c_ulonglong(0)), "cuMemAddressReserve")
+        _check(
+            lib,
+            lib.cuMemAddressReserve(
+                ctypes.byref(self.ptr),
+                ctypes.c_size_t(size),
+                ctypes.c_size_t(dev.granularity),
+                ctypes.c_ulonglong(0),
+                ctypes.c_ulonglong(0),
+            ),
+            "cuMemAddressReserve",
+        )
         self.size = size
-        _check(lib, lib.cuMemMap(self.ptr, ctypes.c_size_t(size), ctypes.c_size_t(0), self.handle, ctypes.c_ulonglong(0)),
-               "cuMemMap")
+        _check(
+            lib,
+            lib.cuMemMap(self.ptr, ctypes.c_size_t(size), ctypes.c_size_t(0), self.handle, ctypes.c_ulonglong(0)),
+            "cuMemMap",
+        )
         self.mapped = True
         desc = _AccessDesc(_Location(_LOCATION_DEVICE, dev.ordinal), _ACCESS_READWRITE)
-        _check(lib, lib.cuMemSetAccess(self.ptr, ctypes.c_size_t(size), ctypes.byref(desc), ctypes.c_size_t(1)),
-               "cuMemSetAccess")
+        _check(
+            lib,
+            lib.cuMemSetAccess(self.ptr, ctypes.c_size_t(size), ctypes.byref(desc), ctypes.c_size_t(1)),
+            "cuMemSetAccess",
+        )
 
     def bytes_view(self, nbytes: int, device: torch.device) -> torch.Tensor:
         """The mapped bytes as a uint8 tensor (no copy; valid until `close`)."""
@@ -218,24 +250,33 @@ class Exporter:
         size = dev.padded(nbytes)
         lib = dev.lib
         handle = ctypes.c_ulonglong()
-        _check(lib, lib.cuMemCreate(ctypes.byref(handle), ctypes.c_size_t(size), ctypes.byref(_prop(dev.ordinal)),
-                                    ctypes.c_ulonglong(0)), "cuMemCreate")
+        _check(
+            lib,
+            lib.cuMemCreate(
+                ctypes.byref(handle), ctypes.c_size_t(size), ctypes.byref(_prop(dev.ordinal)), ctypes.c_ulonglong(0)
+            ),
+            "cuMemCreate",
+        )
         m = _Mapping(lib, handle)
         try:
             m.map(size, dev)
             m.bytes_view(nbytes, dev.device).copy_(_flat_bytes(t))
             torch.cuda.synchronize(dev.ordinal)
             fd = ctypes.c_int(-1)
-            _check(lib, lib.cuMemExportToShareableHandle(ctypes.byref(fd), handle, _HANDLE_POSIX_FD,
-                                                          ctypes.c_ulonglong(0)), "cuMemExportToShareableHandle")
+            _check(
+                lib,
+                lib.cuMemExportToShareableHandle(ctypes.byref(fd), handle, _HANDLE_POSIX_FD, ctypes.c_ulonglong(0)),
+                "cuMemExportToShareableHandle",
+            )
         except BaseException:
             m.close()
             raise
         self._live.append((m, fd.value))
         return fd.value
 
-    def share_message(self, message: dict[str, Any], keys: tuple[str, ...] = SHARED_KEYS,
-                      from_host: bool = False) -> tuple[dict[str, Any], list[int]]:
+    def share_message(
+        self, message: dict[str, Any], keys: tuple[str, ...] = SHARED_KEYS, from_host: bool = False
+    ) -> tuple[dict[str, Any], list[int]]:
         """Replace the large device tensors of `keys` (with `from_host`, host tensors too: copied to the device
         once, into the export) by descriptors; returns the fds to send, in order. The rest go to the host."""
         fds: list[int] = []
@@ -243,8 +284,12 @@ class Exporter:
         def share(_key: str, _i: int, v: Any) -> Any:
             if not isinstance(v, torch.Tensor):
                 return v
-            if ((from_host or v.device.type == "cuda") and v.nbytes >= SPILL_BYTES and _dtype_name(v) in _DTYPES
-                    and len(fds) < MAX_FDS):
+            if (
+                (from_host or v.device.type == "cuda")
+                and v.nbytes >= SPILL_BYTES
+                and _dtype_name(v) in _DTYPES
+                and len(fds) < MAX_FDS
+            ):
                 try:
                     fds.append(self.export(v))
                 except DeviceShareError:  # out of device memory, say: this one goes through the host
@@ -274,8 +319,13 @@ def send_fds(sock: socket.socket, tag: str, fds: list[int], block: bool = True) 
 
 
 def descriptors(message: dict[str, Any], keys: tuple[str, ...] = SHARED_KEYS) -> int:
-    return sum(1 for key in keys if isinstance(message.get(key), list)
-               for v in message[key] if isinstance(v, dict) and KEY in v)
+    return sum(
+        1
+        for key in keys
+        if isinstance(message.get(key), list)
+        for v in message[key]
+        if isinstance(v, dict) and KEY in v
+    )
 
 
 def _receive_fds(sock: socket.socket, tag: str, count: int, deadline: float) -> list[int]:
@@ -287,8 +337,10 @@ def _receive_fds(sock: socket.socket, tag: str, count: int, deadline: float) -> 
     if data != tag.encode() or len(fds) != count or flags & (socket.MSG_CTRUNC | socket.MSG_TRUNC):
         for fd in fds:
             os.close(fd)
-        raise DeviceShareError(f"expected {count} device outputs with this request's nonce, got {len(fds)} "
-                               f"with {'the' if data == tag.encode() else 'another'} nonce")
+        raise DeviceShareError(
+            f"expected {count} device outputs with this request's nonce, got {len(fds)} "
+            f"with {'the' if data == tag.encode() else 'another'} nonce"
+        )
     return fds
 
 
@@ -307,8 +359,11 @@ def import_copy(fd: int, dtype: torch.dtype, shape: list[int], nbytes: int, dev:
     """Map the child's allocation behind `fd` and copy `nbytes` of it into a new tensor of the parent's own."""
     lib = dev.lib
     handle = ctypes.c_ulonglong()
-    _check(lib, lib.cuMemImportFromShareableHandle(ctypes.byref(handle), ctypes.c_void_p(fd), _HANDLE_POSIX_FD),
-           "cuMemImportFromShareableHandle")
+    _check(
+        lib,
+        lib.cuMemImportFromShareableHandle(ctypes.byref(handle), ctypes.c_void_p(fd), _HANDLE_POSIX_FD),
+        "cuMemImportFromShareableHandle",
+    )
     m = _Mapping(lib, handle)
     try:
         m.map(dev.padded(nbytes), dev)
@@ -323,8 +378,14 @@ def import_copy(fd: int, dtype: torch.dtype, shape: list[int], nbytes: int, dev:
     return out
 
 
-def receive_message(sock: socket.socket | None, message: dict[str, Any], tag: str, device: str,
-                    deadline: float, keys: tuple[str, ...] = SHARED_KEYS) -> dict[str, Any]:
+def receive_message(
+    sock: socket.socket | None,
+    message: dict[str, Any],
+    tag: str,
+    device: str,
+    deadline: float,
+    keys: tuple[str, ...] = SHARED_KEYS,
+) -> dict[str, Any]:
     """Replace the message's device descriptors by copies of this process's own; closes every fd it received.
     The parent takes a reply's outputs this way; the child, a request's inputs (`keys` INPUT_KEYS)."""
     count = descriptors(message, keys)

@@ -110,5 +110,3 @@ def invoke(state: HarnessState, args: list[Any], outs: list[torch.Tensor]) -> li
         return list(outs)
     result = state.fn(*args)
     return list(result) if isinstance(result, (tuple, list)) else [result]
-
-

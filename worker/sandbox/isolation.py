@@ -45,8 +45,17 @@ Isolation = Literal["namespaces", "none"]
 
 # inside the sandbox: neutral names, nothing that says "audit"
 WORK_DIR = "/tmp/work"
-_ETC = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "passwd", "group", "nsswitch.conf",
-        "localtime", "os-release")
+_ETC = (
+    "ld.so.cache",
+    "ld.so.conf",
+    "ld.so.conf.d",
+    "alternatives",
+    "passwd",
+    "group",
+    "nsswitch.conf",
+    "localtime",
+    "os-release",
+)
 _TOP_LEVEL = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
 
 GiB = 1024**3
@@ -58,8 +67,11 @@ class IsolationPolicy(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     uid: int | None = Field(
-        None, ge=1, description="None: as root, a fresh uid per sandbox (its process limit is then its own, not "
-        "shared with other audits); as a non-root worker, 65534 inside the user namespace")
+        None,
+        ge=1,
+        description="None: as root, a fresh uid per sandbox (its process limit is then its own, not "
+        "shared with other audits); as a non-root worker, 65534 inside the user namespace",
+    )
 
     max_processes: int = Field(256, ge=8, description="RLIMIT_NPROC: threads count too (torch starts one per core)")
     max_open_files: int = Field(1024, ge=64)
@@ -69,7 +81,8 @@ class IsolationPolicy(BaseModel):
         default_factory=child_limit_bytes,
         description="RLIMIT_DATA (heap and private writable mappings), and the child's memory cgroup limit where "
         "one can be made (worker.sandbox.memory); by default a share of this host's memory per concurrent child; "
-        "None: unlimited")
+        "None: unlimited",
+    )
     tmp_bytes: int = Field(4 * GiB, ge=1 << 20, description="size of the private /tmp (HOME, Triton cache)")
 
 
@@ -99,8 +112,13 @@ def _ro_roots(device: str) -> list[Path]:
     """Host paths the child needs to read, bound at the same place."""
     import worker
 
-    paths = [Path("/usr"), Path(sys.prefix), Path(sys.base_prefix), Path(sys.executable).resolve().parent.parent,
-             Path(worker.__file__).resolve().parent]
+    paths = [
+        Path("/usr"),
+        Path(sys.prefix),
+        Path(sys.base_prefix),
+        Path(sys.executable).resolve().parent.parent,
+        Path(worker.__file__).resolve().parent,
+    ]
     for entry in sys.path:
         # site-packages folders outside the prefixes (a user site, PYTHONPATH entries are not bound:
         # only the engine's own package and the environment's packages)
@@ -151,19 +169,38 @@ def as_root() -> bool:
     return os.geteuid() == 0
 
 
-def bwrap_argv(bwrap: str, uid: int, policy: IsolationPolicy, spill_host: Path, info_fd: int, device: str,
-               command: list[str], extra_ro: Sequence[Path] = ()) -> list[str]:
+def bwrap_argv(
+    bwrap: str,
+    uid: int,
+    policy: IsolationPolicy,
+    spill_host: Path,
+    info_fd: int,
+    device: str,
+    command: list[str],
+    extra_ro: Sequence[Path] = (),
+) -> list[str]:
     """The full argv: bwrap's options, then (as root) setpriv dropping to `uid` (gid the same), then `command`.
 
     `extra_ro`: more host folders bound read-only at the same place (a build's toolchain: worker.build)."""
-    argv = [bwrap, "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
-            "--hostname", "localhost", "--die-with-parent", "--new-session", "--info-fd", str(info_fd)]
+    argv = [
+        bwrap,
+        "--unshare-pid",
+        "--unshare-net",
+        "--unshare-ipc",
+        "--unshare-uts",
+        "--unshare-cgroup-try",
+        "--hostname",
+        "localhost",
+        "--die-with-parent",
+        "--new-session",
+        "--info-fd",
+        str(info_fd),
+    ]
     if as_root():
         # bwrap builds the namespaces with real root; setpriv then becomes the unprivileged uid
         argv += ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
     else:
-        argv += ["--unshare-user", "--disable-userns", "--uid", str(uid), "--gid", str(uid),
-                 "--cap-drop", "ALL"]
+        argv += ["--unshare-user", "--disable-userns", "--uid", str(uid), "--gid", str(uid), "--cap-drop", "ALL"]
     for name in _TOP_LEVEL:
         host = Path("/") / name
         if host.is_symlink():
@@ -173,12 +210,24 @@ def bwrap_argv(bwrap: str, uid: int, policy: IsolationPolicy, spill_host: Path, 
     # the private /tmp first: read-only roots that live under /tmp (a checkout or a venv there) are bound on top
     # of it below, rather than hidden by it. As root the tmpfs is root's: the child's uid needs to write its HOME
     # there (nobody else is inside)
-    argv += ["--perms", "1777", "--size", str(policy.tmp_bytes), "--tmpfs", "/tmp",
-             "--perms", "0777" if as_root() else "0700", "--dir", WORK_DIR,
-             "--bind", str(spill_host), f"{WORK_DIR}/{spill_host.name}"]
+    argv += [
+        "--perms",
+        "1777",
+        "--size",
+        str(policy.tmp_bytes),
+        "--tmpfs",
+        "/tmp",
+        "--perms",
+        "0777" if as_root() else "0700",
+        "--dir",
+        WORK_DIR,
+        "--bind",
+        str(spill_host),
+        f"{WORK_DIR}/{spill_host.name}",
+    ]
     extra = [p for p in extra_ro if p.exists() and p != Path("/")]
     for root in _outermost([*_ro_roots(device), *extra]) if extra else _ro_roots(device):
-        argv += _mkdirs(root.parent) + ["--ro-bind", str(root), str(root)]
+        argv += [*_mkdirs(root.parent), "--ro-bind", str(root), str(root)]
     # as root bwrap would make /etc 0700 for these binds: the child's uid could then read none of them, nor follow
     # a symlink through /etc/alternatives (/usr/local/cuda -> /etc/alternatives/cuda on CUDA images)
     argv += ["--perms", "0755", "--dir", "/etc"]
@@ -195,8 +244,16 @@ def bwrap_argv(bwrap: str, uid: int, policy: IsolationPolicy, spill_host: Path, 
         setpriv = shutil.which("setpriv")
         if setpriv is None:
             raise IsolationUnavailable("setpriv (util-linux) is missing: cannot drop to an unprivileged uid")
-        argv += ["--", setpriv, f"--reuid={uid}", f"--regid={uid}", "--clear-groups",
-                 "--no-new-privs", "--inh-caps=-all", "--"]
+        argv += [
+            "--",
+            setpriv,
+            f"--reuid={uid}",
+            f"--regid={uid}",
+            "--clear-groups",
+            "--no-new-privs",
+            "--inh-caps=-all",
+            "--",
+        ]
     else:
         argv += ["--"]
     return argv + command

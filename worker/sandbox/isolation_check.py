@@ -23,7 +23,7 @@ from worker.sandbox.isolation import Isolation, IsolationPolicy, IsolationUnavai
 from worker.sandbox.protocol import CallRequest
 from worker.sandbox.runner import Sandbox, SandboxError
 
-_PROBE = '''
+_PROBE = """
 import os, socket, torch
 
 def _reachable(port):
@@ -53,7 +53,7 @@ def run(x):
     interfaces = [name for _, name in socket.if_nameindex()]
     return torch.tensor([os.getuid(), os.getgid(), _reachable(PORT), int(interfaces not in ([], ["lo"])),
                          _sees(PARENT_PID, PARENT_START), _writable(PREFIX), _writable(PACKAGE), _writable("/")])
-'''
+"""
 
 
 class IsolationReport(BaseModel):
@@ -72,25 +72,34 @@ def _start_time(pid: int) -> str:
 
 
 def _probe_solution(port: int) -> Solution:
-    source = (_PROBE.replace("PORT", str(port)).replace("PARENT_PID", str(os.getpid()))
-              .replace("PARENT_START", repr(_start_time(os.getpid())))
-              .replace("PREFIX", repr(sys.prefix)).replace("PACKAGE", repr(str(Path(worker.__file__).parent))))
-    return Solution.model_validate({
-        "name": "isolation_probe", "definition": "isolation_probe",
-        "spec": {"language": "python", "entry_point": "probe.py::run", "destination_passing_style": False},
-        "sources": [{"path": "probe.py", "content": source}],
-    })
+    source = (
+        _PROBE.replace("PORT", str(port))
+        .replace("PARENT_PID", str(os.getpid()))
+        .replace("PARENT_START", repr(_start_time(os.getpid())))
+        .replace("PREFIX", repr(sys.prefix))
+        .replace("PACKAGE", repr(str(Path(worker.__file__).parent)))
+    )
+    return Solution.model_validate(
+        {
+            "name": "isolation_probe",
+            "definition": "isolation_probe",
+            "spec": {"language": "python", "entry_point": "probe.py::run", "destination_passing_style": False},
+            "sources": [{"path": "probe.py", "content": source}],
+        }
+    )
 
 
-def check_isolation(policy: IsolationPolicy | None = None, timeout_s: float = 120.0,
-                    isolation: Isolation = "namespaces") -> IsolationReport:
+def check_isolation(
+    policy: IsolationPolicy | None = None, timeout_s: float = 120.0, isolation: Isolation = "namespaces"
+) -> IsolationReport:
     """Start a child under `isolation` and verify from inside it that the isolation holds."""
     listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     listener.bind(("127.0.0.1", 0))
     listener.listen(1)
     try:
-        with Sandbox("cpu", isolation=isolation, policy=policy, start_timeout_s=timeout_s,
-                     default_timeout_s=timeout_s) as sb:
+        with Sandbox(
+            "cpu", isolation=isolation, policy=policy, start_timeout_s=timeout_s, default_timeout_s=timeout_s
+        ) as sb:
             sb.load(_probe_solution(listener.getsockname()[1]))
             seen = sb.send(CallRequest(args=[torch.zeros(1)])).outputs[0].tolist()
     except (IsolationUnavailable, SandboxError, OSError) as err:

@@ -12,6 +12,7 @@ elsewhere the RLIMIT is the only bound, and `cgroup_note()` says so for the repo
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 from pathlib import Path
@@ -117,10 +118,8 @@ class ChildCgroup:
 
     @staticmethod
     def _remove(path: Path) -> None:
-        try:
+        with contextlib.suppress(OSError):
             path.rmdir()  # only once empty: the child's processes are gone by then
-        except OSError:
-            pass
 
 
 def cgroup_note(cgroup: ChildCgroup) -> str:

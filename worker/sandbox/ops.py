@@ -105,7 +105,9 @@ def custom_inputs(state: HarnessState, request: CustomInputsRequest) -> CustomIn
         raise AttributeError(f"custom inputs entry point '{request.entrypoint}' is not a function")
     torch.manual_seed(request.seed)
     made = fn(dict(request.axes_and_scalars), torch.device("cpu"))
-    if not isinstance(made, dict) or not all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in made.items()):
+    if not isinstance(made, dict) or not all(
+        isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in made.items()
+    ):
         raise TypeError("custom inputs must be a dict of input name -> torch.Tensor")
     return CustomInputsReply(inputs={k: _plain(v) for k, v in made.items()})
 
@@ -141,8 +143,14 @@ def call(state: HarnessState, request: CallRequest) -> CallReply:
     state.sync()
     exact_types = [type(r) is torch.Tensor for r in results]
     # `digest_after`: every tensor input comes back as a digest, not a copy (the parent compares it with its own)
-    after = [generated.digest_wire(a) if i in made_digests or (request.digest_after and isinstance(a, torch.Tensor))
-             else _plain(a) if isinstance(a, torch.Tensor) else a for i, a in enumerate(args)]
+    after = [
+        generated.digest_wire(a)
+        if i in made_digests or (request.digest_after and isinstance(a, torch.Tensor))
+        else _plain(a)
+        if isinstance(a, torch.Tensor)
+        else a
+        for i, a in enumerate(args)
+    ]
     return CallReply(
         tampered=state.tampered(),
         outputs=[_plain(r, state) for r in results],
@@ -159,12 +167,18 @@ def time_calls(state: HarnessState, request: TimeRequest) -> TimeReply:
     flat = request.args
     n_args = request.n_args if request.n_args is not None else len(flat)
     # every input set is made (recipes) or placed on the device before the first timed call
-    cases = [harness.prepare_args(state, flat[i:i + n_args], request.noncontiguous)
-             for i in range(0, len(flat), n_args)] if n_args else [[]]
+    cases = (
+        [harness.prepare_args(state, flat[i : i + n_args], request.noncontiguous) for i in range(0, len(flat), n_args)]
+        if n_args
+        else [[]]
+    )
     check = set(request.check)
     # the checked calls' inputs made here from recipes, as digests (the parent compares them with its own)
-    made_digests = [[generated.digest(cases[c][j]) for j in range(n_args) if generated.is_wire(flat[c * n_args + j])]
-                    for c in sorted(check) if n_args and c < len(cases)]
+    made_digests = [
+        [generated.digest(cases[c][j]) for j in range(n_args) if generated.is_wire(flat[c * n_args + j])]
+        for c in sorted(check)
+        if n_args and c < len(cases)
+    ]
     cfg = timing.TimingConfig(warmup=request.warmup, reps=request.reps, flush_l2=request.flush_l2)
     if 1 < len(cases) < cfg.reps:
         raise ValueError(f"{cfg.reps} timed calls need as many input sets, got {len(cases)}")
@@ -181,8 +195,15 @@ def time_calls(state: HarnessState, request: TimeRequest) -> TimeReply:
         if i in check:
             kept[i] = results
 
-    sample = timing.measure(call_once, state.device, cfg, prepare=prepare, clock=state.perf_counter,
-                            event=state.pristine["torch.cuda.Event"], elapsed=state.pristine["torch.cuda.Event.elapsed_time"])
+    sample = timing.measure(
+        call_once,
+        state.device,
+        cfg,
+        prepare=prepare,
+        clock=state.perf_counter,
+        event=state.pristine["torch.cuda.Event"],
+        elapsed=state.pristine["torch.cuda.Event.elapsed_time"],
+    )
     return TimeReply(
         times_ms=sample.times_ms,
         clock=sample.clock,  # type: ignore[arg-type]  # TimingSample's clock is one of the two the reply allows

@@ -60,10 +60,12 @@ class OutputCapture:
         dropped = total - len(head) - len(tail)
         if dropped <= 0:
             return (head + tail)[-n:].decode(errors="replace")
-        note = (f"\n[kernel-audit: {dropped} bytes of the submission's output dropped; output is capped at "
-                f"{(self._head_max + self._tail_max) // 1024} KiB]\n").encode()
+        note = (
+            f"\n[kernel-audit: {dropped} bytes of the submission's output dropped; output is capped at "
+            f"{(self._head_max + self._tail_max) // 1024} KiB]\n"
+        ).encode()
         keep_head = max(0, n - len(note) - min(len(tail), n // 2))
-        return (head[:keep_head] + note + tail[-(n - keep_head - len(note)):]).decode(errors="replace")
+        return (head[:keep_head] + note + tail[-(n - keep_head - len(note)) :]).decode(errors="replace")
 
     def close(self, timeout_s: float = 5.0) -> None:
         if self.write_fd >= 0:

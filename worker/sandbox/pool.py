@@ -26,8 +26,14 @@ class SandboxPool:
     short-lived starter thread would take its children down with it. The pool's thread lives until `close`,
     which is for a worker process's end."""
 
-    def __init__(self, device: str, isolation: Isolation | None = None, *,
-                 factory: Callable[[], Sandbox] | None = None, warm: bool | None = None) -> None:
+    def __init__(
+        self,
+        device: str,
+        isolation: Isolation | None = None,
+        *,
+        factory: Callable[[], Sandbox] | None = None,
+        warm: bool | None = None,
+    ) -> None:
         # warm-up (worker.canary.warm) by default on a GPU only: on a 2-core CPU it competes with the running audit
         self.device, self.isolation = device, isolation
         self.warm = warm if warm is not None else device.startswith("cuda")

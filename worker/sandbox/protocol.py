@@ -97,8 +97,10 @@ class MalformedMessage(ValueError):
 def describe(err: ValidationError, limit: int = 5) -> str:
     """The first problems of a failed validation, by field: no input values (a hostile reply's strings or tensors
     are not copied into the parent's messages)."""
-    problems = [f"{'.'.join(str(p) for p in e['loc']) or '(frame)'}: {e['msg']}"
-                for e in err.errors(include_input=False, include_url=False)]
+    problems = [
+        f"{'.'.join(str(p) for p in e['loc']) or '(frame)'}: {e['msg']}"
+        for e in err.errors(include_input=False, include_url=False)
+    ]
     more = f" (and {len(problems) - limit} more)" if len(problems) > limit else ""
     return "; ".join(problems[:limit]) + more
 
@@ -122,6 +124,7 @@ def request_for(op: str, fields: Mapping[str, Any]) -> Request[Any]:
 
 
 # --- the sandbox's own ops (handlers: worker.sandbox.ops; "warm" is served by worker.canary.child_ops) -----------
+
 
 class Message(BaseModel):
     """A nested part of a request."""

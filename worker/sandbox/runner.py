@@ -25,15 +25,29 @@ from worker.sandbox.isolation import Isolation, IsolationPolicy, namespaces_avai
 from worker.sandbox.memory import ChildCgroup, cgroup_note
 from worker.sandbox.output import OutputCapture
 from worker.sandbox.protocol import ArtifactWire, HelloRequest, LoadReply, LoadRequest, Reply, Request, SourceWire
+import contextlib
 
 ReplyT = TypeVar("ReplyT", bound=Reply)
 
 # The only variables a submission's process sees. Database and broker URLs,
 # API keys and webhook secrets never reach it.
 _ENV_ALLOW = (
-    "PATH", "LANG", "LC_ALL", "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "LD_LIBRARY_PATH",
-    "CUDA_HOME", "CUDA_PATH", "TRITON_INTERPRET", "TRITON_PTXAS_PATH", "PYTHONPATH", "VIRTUAL_ENV",
-    "OMP_NUM_THREADS", "NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS",
+    "PATH",
+    "LANG",
+    "LC_ALL",
+    "CUDA_VISIBLE_DEVICES",
+    "NVIDIA_VISIBLE_DEVICES",
+    "LD_LIBRARY_PATH",
+    "CUDA_HOME",
+    "CUDA_PATH",
+    "TRITON_INTERPRET",
+    "TRITON_PTXAS_PATH",
+    "PYTHONPATH",
+    "VIRTUAL_ENV",
+    "OMP_NUM_THREADS",
+    "NCCL_NVLS_ENABLE",
+    "TORCH_SYMM_MEM_DISABLE_MULTICAST",
+    "NVSHMEM_DISABLE_NVLS",
     "PYTORCH_CUDA_ALLOC_CONF",
 )
 
@@ -127,9 +141,16 @@ class Sandbox:
     default is namespaces when available (see `default_isolation`).
     """
 
-    def __init__(self, device: str = "cpu", *, default_timeout_s: float = 300.0, start_timeout_s: float = 120.0,
-                 interrupts: tuple[type[BaseException], ...] = (), isolation: Isolation | None = None,
-                 policy: IsolationPolicy | None = None) -> None:
+    def __init__(
+        self,
+        device: str = "cpu",
+        *,
+        default_timeout_s: float = 300.0,
+        start_timeout_s: float = 120.0,
+        interrupts: tuple[type[BaseException], ...] = (),
+        isolation: Isolation | None = None,
+        policy: IsolationPolicy | None = None,
+    ) -> None:
         self.device = device
         # raised into a request from outside (a Celery time limit): the child is killed and the exception goes on
         self.interrupts = interrupts
@@ -204,7 +225,10 @@ class Sandbox:
                 self._close_share(share_child)
                 raise SandboxError(str(err)) from err
             home = Path(isolation.WORK_DIR)
-            extra_env = {"USER": "user", "LOGNAME": "user"}  # its uid has no passwd entry: getpass.getuser() needs these
+            extra_env = {
+                "USER": "user",
+                "LOGNAME": "user",
+            }  # its uid has no passwd entry: getpass.getuser() needs these
         else:
             home = host
             extra_env = {}
@@ -241,8 +265,9 @@ class Sandbox:
                 log = self.log_tail()
                 self.close()
                 raise SandboxError(f"the isolated sandbox could not be set up: {err}", log) from err
-        hello = self.send(HelloRequest(device=self.device, device_share=self._share is not None),
-                          timeout_s=self.start_timeout_s)
+        hello = self.send(
+            HelloRequest(device=self.device, device_share=self._share is not None), timeout_s=self.start_timeout_s
+        )
         if not hello.device_share:
             self._close_share()  # the child could not export: its outputs come through the host
 
@@ -262,10 +287,8 @@ class Sandbox:
             self._kill()
         for fd in (self._to_child, self._from_child):
             if fd >= 0:
-                try:
+                with contextlib.suppress(OSError):
                     os.close(fd)
-                except OSError:
-                    pass
         self._to_child = self._from_child = -1
         self._close_share()
         if self._exporter is not None:
@@ -295,14 +318,10 @@ class Sandbox:
                 pass
             os.close(self._ns_pidfd)
             self._ns_pidfd = -1
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(self._proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             self._proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            pass
         self._proc = None
 
     def __enter__(self) -> "Sandbox":
@@ -422,7 +441,9 @@ class Sandbox:
         except SandboxTimeout:
             log = self.log_tail()
             self.close()
-            raise SandboxTimeout(f"the reply to '{op}' did not finish arriving within {timeout:.0f} s; the process group was killed", log) from None
+            raise SandboxTimeout(
+                f"the reply to '{op}' did not finish arriving within {timeout:.0f} s; the process group was killed", log
+            ) from None
         except (EOFError, OSError, ValueError) as err:
             code = self._proc.poll() if self._proc else None
             log = self.log_tail()
@@ -438,15 +459,18 @@ class Sandbox:
         if reply.get("nonce") != nonce:
             log = self.log_tail()
             self.close()
-            raise SandboxCrash(f"the reply to '{op}' is out of sequence: the result channel was written by someone else", log)
+            raise SandboxCrash(
+                f"the reply to '{op}' is out of sequence: the result channel was written by someone else", log
+            )
         try:
             reply = device_share.receive_message(self._share, reply, nonce, self.device, deadline)
             reply = spill.unspill_message(self._spill_fd, reply, copy=True)
         except device_share.DeviceShareOutOfMemory as err:
             # the card is full (audits sharing it): inconclusive, as when the kernel's own process runs out. The
             # stream is in step and every fd was closed, so the child stays usable
-            raise SandboxOutOfMemory(f"the device ran out of memory while taking the kernel's outputs ({err})",
-                                     self.log_tail()) from err
+            raise SandboxOutOfMemory(
+                f"the device ran out of memory while taking the kernel's outputs ({err})", self.log_tail()
+            ) from err
         except (spill.SpillError, OSError) as err:
             log = self.log_tail()
             self.close()
@@ -464,8 +488,9 @@ class Sandbox:
         if error.kind == "harness":
             raise SandboxError(error.error, self.log_tail())
         if error.error.startswith(("OutOfMemoryError:", "torch.OutOfMemoryError:")):
-            raise SandboxOutOfMemory(f"the device ran out of memory in the submission's process ({error.error[:300]})",
-                                     error.traceback)
+            raise SandboxOutOfMemory(
+                f"the device ran out of memory in the submission's process ({error.error[:300]})", error.traceback
+            )
         raise SubmissionError(error.error, error.traceback)
 
     def _read_with_deadline(self, deadline: float) -> dict[str, Any]:
@@ -485,13 +510,18 @@ class Sandbox:
             # a compiled solution loads the extension its build produced (worker.compile_step), checked by its hash
             if self.artifact is None:
                 raise SandboxError("a C++ solution needs its built extension before it can be loaded")
-            artifact = ArtifactWire(sha256=self.artifact.sha256, entry_symbol=self.artifact.entry_symbol,
-                                    data=self.artifact.data)
-        reply = self.send(LoadRequest(
-            sources=[SourceWire(path=s.path, content=s.content) for s in solution.sources],
-            entry_file=solution.spec.entry_file, entry_function=solution.spec.entry_function,
-            dps=solution.spec.destination_passing_style, artifact=artifact,
-        ))
+            artifact = ArtifactWire(
+                sha256=self.artifact.sha256, entry_symbol=self.artifact.entry_symbol, data=self.artifact.data
+            )
+        reply = self.send(
+            LoadRequest(
+                sources=[SourceWire(path=s.path, content=s.content) for s in solution.sources],
+                entry_file=solution.spec.entry_file,
+                entry_function=solution.spec.entry_function,
+                dps=solution.spec.destination_passing_style,
+                artifact=artifact,
+            )
+        )
         self._loaded = solution
         return reply
 

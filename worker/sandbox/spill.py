@@ -17,6 +17,7 @@ exact and under MAX_BYTES, and the bytes are copied out at once (the child could
 
 from __future__ import annotations
 
+import contextlib
 import mmap
 import os
 import re
@@ -34,8 +35,16 @@ _NAME = re.compile(r"^[a-z]+-[0-9a-f]{1,32}-[0-9]{1,6}\.bin$")
 _DTYPES = {
     str(d).removeprefix("torch."): d
     for d in (
-        torch.float64, torch.float32, torch.float16, torch.bfloat16, torch.int64, torch.int32,
-        torch.int16, torch.int8, torch.uint8, torch.bool,
+        torch.float64,
+        torch.float32,
+        torch.float16,
+        torch.bfloat16,
+        torch.int64,
+        torch.int32,
+        torch.int16,
+        torch.int8,
+        torch.uint8,
+        torch.bool,
     )
 }
 
@@ -177,10 +186,8 @@ def map_input(folder: int, d: dict[str, Any]) -> torch.Tensor:
 
 def remove(folder: int, names: list[str]) -> None:
     for name in names:
-        try:
+        with contextlib.suppress(FileNotFoundError):
             os.unlink(name, dir_fd=folder)  # a link planted under this name is removed, not followed
-        except FileNotFoundError:
-            pass
 
 
 def map_listed(message: dict[str, Any], keys: tuple[str, ...], fn: Callable[[str, int, Any], Any]) -> dict[str, Any]:
@@ -198,7 +205,12 @@ def spill_message(folder: int, message: dict[str, Any], tag: str) -> tuple[dict[
     written: list[str] = []
 
     def spill(key: str, i: int, v: Any) -> Any:
-        if isinstance(v, torch.Tensor) and v.device.type == "cpu" and v.nbytes >= SPILL_BYTES and _dtype_name(v) in _DTYPES:
+        if (
+            isinstance(v, torch.Tensor)
+            and v.device.type == "cpu"
+            and v.nbytes >= SPILL_BYTES
+            and _dtype_name(v) in _DTYPES
+        ):
             name = f"{key.replace('_', '')}-{tag}-{i}.bin"
             descriptor = write(folder, name, v)
             written.append(name)
@@ -210,6 +222,7 @@ def spill_message(folder: int, message: dict[str, Any], tag: str) -> tuple[dict[
 
 def unspill_message(folder: int, message: dict[str, Any], *, copy: bool) -> dict[str, Any]:
     """Replace descriptors by tensors: private copies (parent) or mappings (child)."""
+
     def unspill(_key: str, _i: int, v: Any) -> Any:
         if not is_descriptor(v):
             return v

@@ -54,8 +54,11 @@ def install_hint(package: DslPackage) -> str:
 
 def missing_dsl_packages(languages: Iterable[Language]) -> list[str]:
     """For each language whose DSL package this worker lacks: what is missing and what to install."""
-    return [f"{lang} needs {pkg.what} (Python module '{pkg.module}'), which this worker does not have: {install_hint(pkg)}"
-            for lang in languages if (pkg := DSL_PACKAGES.get(lang)) is not None and not _installed(pkg.module)]
+    return [
+        f"{lang} needs {pkg.what} (Python module '{pkg.module}'), which this worker does not have: {install_hint(pkg)}"
+        for lang in languages
+        if (pkg := DSL_PACKAGES.get(lang)) is not None and not _installed(pkg.module)
+    ]
 
 
 def load_error_hint(message: str) -> str:
@@ -88,25 +91,34 @@ def run(ctx: AuditContext) -> StageResult:
         return StageResult(
             name=NAME,
             status=StageStatus.error,
-            summary=(f"languages {sol.spec.gpu_languages} run only on an NVIDIA GPU (CUDA), and this audit runs on "
-                     f"{ctx.device}: audit it on a GPU worker" + _notes_suffix(notes)),
+            summary=(
+                f"languages {sol.spec.gpu_languages} run only on an NVIDIA GPU (CUDA), and this audit runs on "
+                f"{ctx.device}: audit it on a GPU worker" + _notes_suffix(notes)
+            ),
             evidence=evidence,
         )
     missing = missing_dsl_packages(sol.spec.languages)
     if missing:  # the worker's setup, not the solution, is at fault: inconclusive, like any worker error
-        return StageResult(name=NAME, status=StageStatus.error, summary="; ".join(missing) + _notes_suffix(notes),
-                           evidence=evidence)
+        return StageResult(
+            name=NAME, status=StageStatus.error, summary="; ".join(missing) + _notes_suffix(notes), evidence=evidence
+        )
     if ctx.device.startswith("cuda"):
         unmet = unmet_requirements(sol.spec.languages, device_facts(ctx.device))
         if unmet:  # e.g. cuTile on a Hopper: the worker cannot run it, which says nothing about the kernel
-            return StageResult(name=NAME, status=StageStatus.error, summary="; ".join(unmet) + _notes_suffix(notes),
-                               evidence=evidence)
+            return StageResult(
+                name=NAME, status=StageStatus.error, summary="; ".join(unmet) + _notes_suffix(notes), evidence=evidence
+            )
     size = sum(len(s.content.encode()) for s in sol.sources)
     problems += [p.reason for p in check_entry(sol, list(definition.inputs), list(definition.outputs))]
     metrics = {"source_bytes": size, "files": len(sol.sources), "limit_bytes": MAX_SOURCE_BYTES}
     if problems:
-        return StageResult(name=NAME, status=StageStatus.failed, summary="; ".join(problems) + _notes_suffix(notes),
-                           metrics=metrics, evidence=evidence)
+        return StageResult(
+            name=NAME,
+            status=StageStatus.failed,
+            summary="; ".join(problems) + _notes_suffix(notes),
+            metrics=metrics,
+            evidence=evidence,
+        )
     compiled = ""
     if sol.spec.is_cpp:
         step = _compile(ctx, metrics, evidence)
@@ -129,8 +141,10 @@ def run(ctx: AuditContext) -> StageResult:
     return StageResult(
         name=NAME,
         status=StageStatus.passed,
-        summary=(f"'{sol.name}' for {definition.name}: {len(sol.sources)} file(s), {size} bytes, {compiled}entry point "
-                 "imports" + _notes_suffix(notes)),
+        summary=(
+            f"'{sol.name}' for {definition.name}: {len(sol.sources)} file(s), {size} bytes, {compiled}entry point "
+            "imports" + _notes_suffix(notes)
+        ),
         metrics=metrics,
         evidence=evidence,
     )
@@ -143,17 +157,34 @@ def _compile(ctx: AuditContext, metrics: dict[str, object], evidence: dict[str, 
 
     ctx.progress("intake: compiling in the sandbox")
     result = compile_solution(ctx.solution, ctx.device)
-    evidence["compile"] = {"status": result.status, "seconds": result.seconds, "compile_seconds": result.compile_seconds,
-                           "cached": result.cached, "message": result.message, "first_errors": result.first_errors,
-                           "isolation": result.isolation, "log_tail": result.compiler_log_tail[-2000:],
-                           **({"cache_note": result.cache_note} if result.cache_note else {})}
+    evidence["compile"] = {
+        "status": result.status,
+        "seconds": result.seconds,
+        "compile_seconds": result.compile_seconds,
+        "cached": result.cached,
+        "message": result.message,
+        "first_errors": result.first_errors,
+        "isolation": result.isolation,
+        "log_tail": result.compiler_log_tail[-2000:],
+        **({"cache_note": result.cache_note} if result.cache_note else {}),
+    }
     metrics["compile_s"] = result.seconds
     if result.status == "toolchain_missing":
-        return StageResult(name=NAME, status=StageStatus.error, metrics=metrics, evidence=evidence,
-                           summary=f"this worker cannot build C++ solutions: {result.message}")
+        return StageResult(
+            name=NAME,
+            status=StageStatus.error,
+            metrics=metrics,
+            evidence=evidence,
+            summary=f"this worker cannot build C++ solutions: {result.message}",
+        )
     if not result.ok:
         errors = "; ".join(result.first_errors[:3])
-        return StageResult(name=NAME, status=StageStatus.failed, metrics=metrics, evidence=evidence,
-                           summary=f"COMPILE_ERROR: {result.message}" + (f": {errors}" if errors else ""))
+        return StageResult(
+            name=NAME,
+            status=StageStatus.failed,
+            metrics=metrics,
+            evidence=evidence,
+            summary=f"COMPILE_ERROR: {result.message}" + (f": {errors}" if errors else ""),
+        )
     ctx.artifact = loadable(result)
     return f"compiled in {result.seconds:.1f} s{' (cached)' if result.cached else ''}, "

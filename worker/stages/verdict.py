@@ -18,7 +18,9 @@ def judge(stages: list[StageResult]) -> StageResult:
     verdict = AuditReport.verdict_of(stages)
     # the stages of the verdict's own kind first (a failure where there is one), each kind in stage order
     kind = StageStatus.failed if verdict is Verdict.fail else StageStatus.error
-    bad = sorted((s for s in stages if s.status in (StageStatus.failed, StageStatus.error)), key=lambda s: s.status is not kind)
+    bad = sorted(
+        (s for s in stages if s.status in (StageStatus.failed, StageStatus.error)), key=lambda s: s.status is not kind
+    )
     if verdict is Verdict.pass_:
         ran = [s.name for s in stages if s.status is StageStatus.passed]
         summary = "pass: " + ", ".join(ran) + " passed"
@@ -36,8 +38,10 @@ def judge(stages: list[StageResult]) -> StageResult:
     else:
         # the auditor's own limit or fault: never phrased as a catch, and the submitter is told what to do
         first = bad[0]
-        summary = (f"error: inconclusive in {first.name}, not counted against the kernel; retry the audit "
-                   f"(resubmit the same files): {first.summary}")
+        summary = (
+            f"error: inconclusive in {first.name}, not counted against the kernel; retry the audit "
+            f"(resubmit the same files): {first.summary}"
+        )
         status = StageStatus.error
     return StageResult(
         name=NAME,

@@ -40,9 +40,13 @@ def module_containers(tree: ast.Module, aliases: ImportAliases) -> set[str]:
     for n in tree.body:
         if isinstance(n, ast.Assign) and is_container(n.value, aliases):
             out.update(t.id for t in n.targets if isinstance(t, ast.Name))
-        elif isinstance(n, ast.AnnAssign) and n.value is not None and is_container(n.value, aliases):
-            if isinstance(n.target, ast.Name):
-                out.add(n.target.id)
+        elif (
+            isinstance(n, ast.AnnAssign)
+            and n.value is not None
+            and is_container(n.value, aliases)
+            and isinstance(n.target, ast.Name)
+        ):
+            out.add(n.target.id)
     return out
 
 

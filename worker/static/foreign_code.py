@@ -67,8 +67,10 @@ def check_call(node: ast.Call, qual: str, languages: Collection[str]) -> Hit | N
             return "foreign-code", f"builds {odd[0]!r} with {qual}: not C/C++/CUDA source"
         if any(lang in NATIVE_LANGUAGES for lang in languages):
             return "native-extension", f"builds native code with {qual}"
-        return "foreign-code", (f"builds native code with {qual} in a {'/'.join(languages)} solution (declare a compiled "
-                                "C++ language: cuda_cpp, cutlass, cudnn or cublas)")
+        return "foreign-code", (
+            f"builds native code with {qual} in a {'/'.join(languages)} solution (declare a compiled "
+            "C++ language: cuda_cpp, cutlass, cudnn or cublas)"
+        )
     return None
 
 
@@ -76,4 +78,3 @@ def check_loader_name(qual: str) -> Hit | None:
     if qual in FOREIGN_LOADERS:
         return "foreign-code", f"uses {qual}, which loads code this scan cannot read"
     return None
-

@@ -81,7 +81,11 @@ def _run_child(items: list[dict[str, object]], time_limit_s: float) -> list[list
     try:
         proc = subprocess.run(
             [sys.executable, "-I", "-c", _CHILD],
-            input=json.dumps(items), capture_output=True, text=True, timeout=time_limit_s, check=False,
+            input=json.dumps(items),
+            capture_output=True,
+            text=True,
+            timeout=time_limit_s,
+            check=False,
         )
     except subprocess.TimeoutExpired as e:
         raise _Incomplete(f"kernelguard took longer than {time_limit_s:g} s") from e
@@ -100,7 +104,9 @@ def scan_solution_with_kernelguard(solution: Solution, time_limit_s: float = TIM
     if not files:
         return []
     entry = solution.spec.entry_function
-    items: list[dict[str, object]] = [{"code": s.content, "entry": entry, "harness": list(HARNESS_ROOTS)} for s in files]
+    items: list[dict[str, object]] = [
+        {"code": s.content, "entry": entry, "harness": list(HARNESS_ROOTS)} for s in files
+    ]
     try:
         result = _run_child(items, time_limit_s)
     except _Incomplete as e:

@@ -65,7 +65,9 @@ from worker.static.patterns import (
 from worker.static.rules import RULES, Finding
 
 # methods of a string that compare it with something: `__file__.endswith("sandbox/k.py")` probes the path
-_STRING_PROBES = frozenset({"startswith", "endswith", "find", "rfind", "index", "rindex", "count", "__contains__", "split", "partition"})
+_STRING_PROBES = frozenset(
+    {"startswith", "endswith", "find", "rfind", "index", "rindex", "count", "__contains__", "split", "partition"}
+)
 # os.environ methods that take one variable name: a named read, judged by the name
 _ENV_NAMED_METHODS = frozenset({"get", "setdefault", "pop", "__getitem__", "__contains__"})
 _ENVIRON_ROOTS = tuple(sorted(ENVIRON_NAMES))
@@ -85,7 +87,11 @@ def docstring_ids(tree: ast.Module) -> set[int]:
     for n in ast.walk(tree):
         if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and n.body:
             first = n.body[0]
-            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
+            if (
+                isinstance(first, ast.Expr)
+                and isinstance(first.value, ast.Constant)
+                and isinstance(first.value.value, str)
+            ):
                 out.add(id(first.value))
     return out
 
@@ -110,7 +116,9 @@ class _Scanner(ast.NodeVisitor):
         line = getattr(node, "lineno", 0)
         if any(f.line == line and f.rule == rule for f in self.findings):
             return
-        self.findings.append(Finding(file=self.file, line=line, rule=rule, severity=r.severity, message=f"{detail}: {r.why}"))
+        self.findings.append(
+            Finding(file=self.file, line=line, rule=rule, severity=r.severity, message=f"{detail}: {r.why}")
+        )
 
     def qualname(self, node: ast.AST) -> str | None:
         return self.aliases.qualname(node)
@@ -232,7 +240,10 @@ class _Scanner(ast.NodeVisitor):
                     self.add(d, "cross-call-state", f"@{q} on {node.name}")
         a = node.args
         positional = [*a.posonlyargs, *a.args]
-        defaults = [*zip(positional[len(positional) - len(a.defaults):], a.defaults), *zip(a.kwonlyargs, a.kw_defaults)]
+        defaults = [
+            *zip(positional[len(positional) - len(a.defaults) :], a.defaults),
+            *zip(a.kwonlyargs, a.kw_defaults),
+        ]
         for arg, default in defaults:
             if default is not None and is_container(default, self.aliases):
                 self.module_containers.add(arg.arg)
@@ -281,7 +292,11 @@ class _Scanner(ast.NodeVisitor):
     def _check_environment_use(self, node: ast.AST, qual: str) -> None:
         if environment.is_sniff_name(qual):
             self.add(node, "env-sniff", f"uses {qual}")
-        elif in_modules(qual, _ENVIRON_ROOTS) and id(node) not in self._named_env_reads and not isinstance(node, ast.ImportFrom):
+        elif (
+            in_modules(qual, _ENVIRON_ROOTS)
+            and id(node) not in self._named_env_reads
+            and not isinstance(node, ast.ImportFrom)
+        ):
             self.add(node, "env-read", f"uses {qual}")
             self.add(node, "env-sniff", f"reads the environment through {qual} without one constant variable name")
 
@@ -381,7 +396,11 @@ class _Scanner(ast.NodeVisitor):
 
     def _is_low_float(self, node: ast.AST) -> bool:
         q = self.qualname(node)
-        if q is not None and q.split(".")[-1] in LOW_FLOATS and q.split(".")[0] in LOW_FLOAT_ROOTS | self.aliases.roots():
+        if (
+            q is not None
+            and q.split(".")[-1] in LOW_FLOATS
+            and q.split(".")[0] in LOW_FLOAT_ROOTS | self.aliases.roots()
+        ):
             return True
         return isinstance(node, ast.Constant) and node.value in LOW_FLOAT_NAMES
 
@@ -436,8 +455,9 @@ class _Scanner(ast.NodeVisitor):
         self.generic_visit(node)
 
 
-def scan_source(path: str, source: str, entry_function: str | None = None,
-                languages: Sequence[Language] = ("pytorch",)) -> list[Finding]:
+def scan_source(
+    path: str, source: str, entry_function: str | None = None, languages: Sequence[Language] = ("pytorch",)
+) -> list[Finding]:
     """Findings for one file of a solution in `languages`; a file that is not Python gets one 'unparsed' warning,
     a shipped binary fails."""
     if isinstance(languages, str):  # a bare string is a sequence of letters: no language would ever match
@@ -445,12 +465,30 @@ def scan_source(path: str, source: str, entry_function: str | None = None,
     if not path.endswith(".py"):
         if foreign_code.shipped_binary(path):
             rule = RULES["foreign-code"]
-            return [Finding(file=path, line=0, rule=rule.id, severity=rule.severity, message=f"{path}: ships a compiled or serialised file: {rule.why}")]
-        return [Finding(file=path, line=0, rule="unparsed", severity="warn", message=f"{path}: {RULES['unparsed'].why}")]
+            return [
+                Finding(
+                    file=path,
+                    line=0,
+                    rule=rule.id,
+                    severity=rule.severity,
+                    message=f"{path}: ships a compiled or serialised file: {rule.why}",
+                )
+            ]
+        return [
+            Finding(file=path, line=0, rule="unparsed", severity="warn", message=f"{path}: {RULES['unparsed'].why}")
+        ]
     try:
         tree = ast.parse(source, filename=path)
     except SyntaxError as e:
-        return [Finding(file=path, line=e.lineno or 0, rule="dynamic-code", severity="fail", message=f"syntax error ({e.msg}): the file cannot be scanned")]
+        return [
+            Finding(
+                file=path,
+                line=e.lineno or 0,
+                rule="dynamic-code",
+                severity="fail",
+                message=f"syntax error ({e.msg}): the file cannot be scanned",
+            )
+        ]
     scanner = _Scanner(path, entry_function, languages, tree)
     scanner.visit(tree)
     return sorted(scanner.findings, key=lambda f: (f.line, f.rule))
@@ -480,5 +518,10 @@ def scan_solution(solution: Solution) -> list[Finding]:
 
 def _alias_finding(path: str, reason: str) -> Finding:
     rule = RULES["path-alias"]
-    return Finding(file=path[:200], line=0, rule=rule.id, severity=rule.severity,
-                   message=f"source path {path[:200]!r} {reason}: {rule.why}")
+    return Finding(
+        file=path[:200],
+        line=0,
+        rule=rule.id,
+        severity=rule.severity,
+        message=f"source path {path[:200]!r} {reason}: {rule.why}",
+    )

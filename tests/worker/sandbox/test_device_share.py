@@ -35,11 +35,14 @@ def _open_fds() -> set[int]:
 
 
 def _solution(source: str) -> Solution:
-    return Solution.model_validate({
-        "name": "device-share", "definition": "exploit",
-        "spec": {"language": "python", "entry_point": "k.py::run", "destination_passing_style": False},
-        "sources": [{"path": "k.py", "content": source}],
-    })
+    return Solution.model_validate(
+        {
+            "name": "device-share",
+            "definition": "exploit",
+            "spec": {"language": "python", "entry_point": "k.py::run", "destination_passing_style": False},
+            "sources": [{"path": "k.py", "content": source}],
+        }
+    )
 
 
 def _sandbox() -> Sandbox:
@@ -59,7 +62,9 @@ def run(x):
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("share", ["1", "0"])
-def test_an_honest_kernels_large_outputs_arrive_on_the_parents_device(share: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_honest_kernels_large_outputs_arrive_on_the_parents_device(
+    share: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("KAUDIT_DEVICE_SHARE", share)
     files_read: list[str] = []  # the parent's reads of output files the child wrote to its spill folder
     read_copy = spill.read_copy
@@ -76,7 +81,9 @@ def test_an_honest_kernels_large_outputs_arrive_on_the_parents_device(share: str
             n = 3 * (1 << 20) + 7
             assert torch.equal(big.cpu(), torch.arange(n, dtype=torch.float32) * 0.5)
             assert square.dtype == torch.bfloat16 and square.shape == (1024, 1024)
-            assert torch.equal(square.cpu().float().reshape(-1), (torch.arange(1 << 20, dtype=torch.float32) * 0.5).bfloat16().float())
+            assert torch.equal(
+                square.cpu().float().reshape(-1), (torch.arange(1 << 20, dtype=torch.float32) * 0.5).bfloat16().float()
+            )
             assert int(small) == 5
     # on the device path no output crossed through a host file; on the host path the two large ones did, each call
     assert len(files_read) == (0 if share == "1" else 6), files_read
@@ -94,8 +101,11 @@ def test_a_forged_device_output_is_refused_and_the_parent_stays_healthy(mode: st
         sb.load(_solution(source))
         t0 = time.monotonic()
         with pytest.raises((SandboxCrash, SandboxTimeout)) as caught:
-            sb.request("call", {"args": [torch.zeros(1)], "outputs": [], "poison": None},
-                       timeout_s=20 if mode == "no_fds" else 120)
+            sb.request(
+                "call",
+                {"args": [torch.zeros(1)], "outputs": [], "poison": None},
+                timeout_s=20 if mode == "no_fds" else 120,
+            )
         if mode != "no_fds":
             assert time.monotonic() - t0 < 60  # refused, not waited out
         assert "unreadable reply" in str(caught.value) or mode == "no_fds"
@@ -140,7 +150,9 @@ def test_large_inputs_reach_the_child_on_the_device(share: str, monkeypatch: pyt
             assert torch.equal(y_back.cpu().view(torch.int16), y.cpu().view(torch.int16))
             assert torch.equal(z_back.cpu(), z + 1)
             assert torch.equal(x, torch.arange(n, dtype=torch.float32))  # the parent's own copy, untouched
-            mutated = checks.check_inputs_unmodified(["x", "y", "z"], [("call", [x, y, z], reply["args_after"])], "cuda")
+            mutated = checks.check_inputs_unmodified(
+                ["x", "y", "z"], [("call", [x, y, z], reply["args_after"])], "cuda"
+            )
             assert mutated.details["mutated"] == {"x": ["call"]}
     assert len(files_written) == (0 if share == "1" else 6), files_written
     assert _open_fds() <= before
@@ -187,8 +199,6 @@ def test_unread_bytes_tells_whether_the_peer_took_the_last_message() -> None:
         child.close()
 
 
-
-
 def test_the_fd_message_must_carry_the_nonce_and_exactly_the_named_fds() -> None:
     parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     try:
@@ -220,14 +230,17 @@ def test_the_fd_message_must_carry_the_nonce_and_exactly_the_named_fds() -> None
         child.close()
 
 
-@pytest.mark.parametrize("desc", [
-    {"__device__": 0, "dtype": "object", "shape": [4]},
-    {"__device__": 0, "dtype": "float32", "shape": [-1]},
-    {"__device__": 0, "dtype": "float32", "shape": [2.5]},
-    {"__device__": 0, "dtype": "float32", "shape": "4"},
-    {"__device__": 0, "dtype": "float32", "shape": [1 << 39, 1 << 39]},
-    {"__device__": 0, "dtype": "float32", "shape": [0]},
-])
+@pytest.mark.parametrize(
+    "desc",
+    [
+        {"__device__": 0, "dtype": "object", "shape": [4]},
+        {"__device__": 0, "dtype": "float32", "shape": [-1]},
+        {"__device__": 0, "dtype": "float32", "shape": [2.5]},
+        {"__device__": 0, "dtype": "float32", "shape": "4"},
+        {"__device__": 0, "dtype": "float32", "shape": [1 << 39, 1 << 39]},
+        {"__device__": 0, "dtype": "float32", "shape": [0]},
+    ],
+)
 def test_a_malformed_descriptor_is_refused_before_anything_is_mapped(desc: dict) -> None:
     with pytest.raises(device_share.DeviceShareError):
         device_share._shape(desc)
@@ -237,4 +250,6 @@ def test_device_outputs_without_a_share_channel_are_refused() -> None:
     reply = {"outputs": [{"__device__": 0, "dtype": "float32", "shape": [1 << 20]}]}
     with pytest.raises(device_share.DeviceShareError, match="shares none"):
         device_share.receive_message(None, reply, "abcd", "cuda", time.monotonic() + 1)
-    assert device_share.receive_message(None, {"outputs": [torch.zeros(2)]}, "abcd", "cpu", 0.0)["outputs"][0].numel() == 2
+    assert (
+        device_share.receive_message(None, {"outputs": [torch.zeros(2)]}, "abcd", "cpu", 0.0)["outputs"][0].numel() == 2
+    )

@@ -16,11 +16,14 @@ needs_namespaces = pytest.mark.skipif(not namespaces_available(), reason="bubble
 
 
 def _solution(body: str, dps: bool = True) -> Solution:
-    return Solution.model_validate({
-        "name": "iso", "definition": "x",
-        "spec": {"language": "python", "entry_point": "k.py::run", "destination_passing_style": dps},
-        "sources": [{"path": "k.py", "content": body}],
-    })
+    return Solution.model_validate(
+        {
+            "name": "iso",
+            "definition": "x",
+            "spec": {"language": "python", "entry_point": "k.py::run", "destination_passing_style": dps},
+            "sources": [{"path": "k.py", "content": body}],
+        }
+    )
 
 
 @needs_namespaces
@@ -47,9 +50,15 @@ def test_the_sandbox_says_which_isolation_it_used() -> None:
     with Sandbox("cpu") as sb:
         assert sb.isolation == "namespaces" and sb.pid_namespace is not None
         ns = sb.pid_namespace
-        sb.load(_solution("import os, torch\ndef run(x):\n    return torch.tensor([os.getcwd() == '" + WORK_DIR + "'])\n",
-                          dps=False))
-        assert sb.request("call", {"args": [torch.zeros(1)], "outputs": [], "poison": None})["outputs"][0].tolist() == [1]
+        sb.load(
+            _solution(
+                "import os, torch\ndef run(x):\n    return torch.tensor([os.getcwd() == '" + WORK_DIR + "'])\n",
+                dps=False,
+            )
+        )
+        assert sb.request("call", {"args": [torch.zeros(1)], "outputs": [], "poison": None})["outputs"][0].tolist() == [
+            1
+        ]
     assert processes_in_pid_namespace(ns) == []
     with Sandbox("cpu", isolation="none") as sb:
         assert sb.isolation == "none" and sb.pid_namespace is None
@@ -59,17 +68,23 @@ def test_the_sandbox_says_which_isolation_it_used() -> None:
 def test_the_time_op_gives_each_timed_call_fresh_inputs_and_a_fresh_poisoned_output() -> None:
     # the kernel records what it saw: the first input element and whether its output arrived poisoned
     body = (
-        "import torch\n"
-        "def run(x, out):\n"
-        "    out[0] = x[0]\n"
-        "    out[1] = float(torch.isnan(out[2]))\n"
-        "    out[2] = 0.0\n"
+        "import torch\ndef run(x, out):\n    out[0] = x[0]\n    out[1] = float(torch.isnan(out[2]))\n    out[2] = 0.0\n"
     )
     cases = [torch.full((4,), float(i)) for i in range(5)]
     with Sandbox("cpu") as sb:
         sb.load(_solution(body))
-        reply = sb.request("time", {"args": cases, "n_args": 1, "outputs": [{"shape": [3], "dtype": "float32"}],
-                                    "poison": float("nan"), "warmup": 1, "reps": 5, "check": [1, 3]})
+        reply = sb.request(
+            "time",
+            {
+                "args": cases,
+                "n_args": 1,
+                "outputs": [{"shape": [3], "dtype": "float32"}],
+                "poison": float("nan"),
+                "warmup": 1,
+                "reps": 5,
+                "check": [1, 3],
+            },
+        )
     assert reply["clock"] == "wall_clock_cpu" and len(reply["times_ms"]) == 5 and reply["tampered"] == []
     assert reply["checked"] == [1, 3]
     assert [o.tolist() for o in reply["outputs"]] == [[1.0, 1.0, 0.0], [3.0, 1.0, 0.0]]

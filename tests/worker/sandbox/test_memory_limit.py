@@ -42,16 +42,19 @@ def run(x):
 @pytest.mark.skipif(memory._own_memory_cgroup() is None, reason="no writable memory cgroup on this host")
 def test_a_cgroup_stops_a_kernel_that_hoards_shared_memory() -> None:
     """Shared mappings escape RLIMIT_DATA; the child's own memory cgroup (limit 1 GiB here) stops them."""
-    solution = Solution.model_validate({
-        "name": "hog", "definition": "x",
-        "spec": {"language": "python", "entry_point": "k.py::run", "destination_passing_style": False},
-        "sources": [{"path": "k.py", "content": HOG}],
-    })
+    solution = Solution.model_validate(
+        {
+            "name": "hog",
+            "definition": "x",
+            "spec": {"language": "python", "entry_point": "k.py::run", "destination_passing_style": False},
+            "sources": [{"path": "k.py", "content": HOG}],
+        }
+    )
     sb = Sandbox("cpu", isolation="namespaces", policy=IsolationPolicy(max_data_bytes=1 * GiB), default_timeout_s=120)
     try:
         sb.start()
         assert "memory cgroup" in sb.memory_note
-        cgroup = sb._cgroup.path  # noqa: SLF001 - the test checks where the child was placed
+        cgroup = sb._cgroup.path  # the test checks where the child was placed
         assert cgroup is not None and cgroup.is_dir()
         sb.load(solution)
         import torch

@@ -30,7 +30,7 @@ EMB = load_catalogue().get("embedding_backward")
 
 # Appended to a correct kernel (the catalogue's fp32 example): once imported, it rewrites the child's reply frames on
 # their way out (the harness's own framing.write_frame, patched through sys.modules); a reply with outputs gets MODE.
-FORGER = '''
+FORGER = """
 
 import sys as _sys
 
@@ -58,7 +58,7 @@ def _forge(fd, frame):
 
 
 _framing.write_frame = _forge
-'''
+"""
 
 # what the parent's error names for each forgery: the field and what is wrong with it, never the forged value
 REFUSALS = {
@@ -74,8 +74,10 @@ REFUSALS = {
 def _hostile(mode: str) -> Solution:
     honest = EMB.example_solution("pytorch_fp32")
     entry = honest.spec.entry_file
-    sources = [src.model_copy(update={"content": src.content + FORGER.replace("__MODE__", mode)})
-               if src.path == entry else src for src in honest.sources]
+    sources = [
+        src.model_copy(update={"content": src.content + FORGER.replace("__MODE__", mode)}) if src.path == entry else src
+        for src in honest.sources
+    ]
     return honest.model_copy(update={"name": f"hostile_reply_{mode}", "sources": sources})
 
 
@@ -97,23 +99,31 @@ def test_every_registered_op_has_a_request_and_a_reply_model() -> None:
 
 def test_a_request_model_must_name_its_reply_model() -> None:
     with pytest.raises(TypeError, match="does not name its reply model"):
+
         class Orphan(Request):  # type: ignore[type-arg]
             op = "orphan_op"
 
 
 @SLOW
 def test_the_generic_sandbox_imports_no_canary_or_stage_module() -> None:
-    code = ("import sys\n"
-            "import worker.sandbox, worker.sandbox.child, worker.sandbox.runner, worker.sandbox.pool, "
-            "worker.sandbox.protocol, worker.sandbox.registry, worker.sandbox.harness\n"
-            "print(sorted(m for m in sys.modules if m.startswith(('worker.canary', 'worker.stages'))))\n")
+    code = (
+        "import sys\n"
+        "import worker.sandbox, worker.sandbox.child, worker.sandbox.runner, worker.sandbox.pool, "
+        "worker.sandbox.protocol, worker.sandbox.registry, worker.sandbox.harness\n"
+        "print(sorted(m for m in sys.modules if m.startswith(('worker.canary', 'worker.stages'))))\n"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert out.stdout.strip() == "[]", out.stdout
     # nor lazily, inside a function: no import statement in the package names them
     for path in SANDBOX_DIR.glob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
-            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
-                [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else []
+            )
             assert not [n for n in names if n.startswith(("worker.canary", "worker.stages"))], path.name
 
 
@@ -123,8 +133,13 @@ def raw_child(tmp_path: Path) -> Iterator[tuple[int, int]]:
     (tmp_path / spill.FOLDER).mkdir()
     c_read, p_write = os.pipe()
     p_read, c_write = os.pipe()
-    proc = subprocess.Popen([sys.executable, "-m", "worker.sandbox.child", str(c_read), str(c_write)], cwd=tmp_path,
-                            env=scrubbed_env(tmp_path), pass_fds=(c_read, c_write), stdin=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "worker.sandbox.child", str(c_read), str(c_write)],
+        cwd=tmp_path,
+        env=scrubbed_env(tmp_path),
+        pass_fds=(c_read, c_write),
+        stdin=subprocess.DEVNULL,
+    )
     os.close(c_read)
     os.close(c_write)
     try:
@@ -142,17 +157,30 @@ def _ask(child: tuple[int, int], frame: dict[str, Any]) -> dict[str, Any]:
 
 
 @SLOW
-@pytest.mark.parametrize(("frame", "refusal"), [
-    ({"op": "nope"}, "unknown op 'nope'"),
-    ({"op": 7}, "unknown op 7"),
-    ({"op": "call", "args": "not a list"}, "malformed 'call' request: args: Input should be a valid list"),
-    ({"op": "call"}, "malformed 'call' request: args: Field required"),
-    ({"op": "hello", "device": "cpu", "sneaky": 1}, "malformed 'hello' request: sneaky: Extra inputs are not permitted"),
-    ({"op": "call", "args": [], "outputs": [{"shape": [1], "dtype": "os"}]}, "outputs.0.dtype: Value error, 'os' is not"),
-    ({"op": "time", "args": [], "outputs": [], "warmup": 1, "reps": 0}, "reps: Input should be greater than or equal to 1"),
-])
-def test_the_child_refuses_an_unknown_op_or_a_malformed_request(raw_child: tuple[int, int], frame: dict[str, Any],
-                                                                   refusal: str) -> None:
+@pytest.mark.parametrize(
+    ("frame", "refusal"),
+    [
+        ({"op": "nope"}, "unknown op 'nope'"),
+        ({"op": 7}, "unknown op 7"),
+        ({"op": "call", "args": "not a list"}, "malformed 'call' request: args: Input should be a valid list"),
+        ({"op": "call"}, "malformed 'call' request: args: Field required"),
+        (
+            {"op": "hello", "device": "cpu", "sneaky": 1},
+            "malformed 'hello' request: sneaky: Extra inputs are not permitted",
+        ),
+        (
+            {"op": "call", "args": [], "outputs": [{"shape": [1], "dtype": "os"}]},
+            "outputs.0.dtype: Value error, 'os' is not",
+        ),
+        (
+            {"op": "time", "args": [], "outputs": [], "warmup": 1, "reps": 0},
+            "reps: Input should be greater than or equal to 1",
+        ),
+    ],
+)
+def test_the_child_refuses_an_unknown_op_or_a_malformed_request(
+    raw_child: tuple[int, int], frame: dict[str, Any], refusal: str
+) -> None:
     reply = _ask(raw_child, {**frame, "nonce": "n1"})
     assert reply.pop("nonce") == "n1" and reply.pop("ok") is False
     error = ErrorReply.model_validate(reply)
@@ -195,4 +223,3 @@ def test_an_audit_of_a_kernel_that_forges_its_replies_fails_the_stage_and_the_wo
     assert bench.status is StageStatus.failed, bench.summary
     assert "malformed reply to 'call': verdict: Extra inputs are not permitted" in bench.summary
     assert report.verdict.value == "fail"
-

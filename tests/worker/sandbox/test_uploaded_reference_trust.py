@@ -34,7 +34,7 @@ pytestmark = pytest.mark.skipif(not namespaces_available(), reason="bubblewrap n
 
 SECRET_NAME = "KAUDIT_TRUST_TEST_SECRET"
 
-HOSTILE = '''import os
+HOSTILE = """import os
 import torch
 
 MARK = {marker!r}
@@ -61,25 +61,40 @@ def run(x, scale):
 def make_inputs(axes_and_scalars, device):
     _plant("custom")
     return {{"x": torch.randn(axes_and_scalars["rows"], axes_and_scalars["cols"], device=device)}}
-'''
+"""
 
 
 def _definition(marker: Path, *, custom: bool = False, name: str = "uploaded_hostile_rowsum") -> Definition:
-    return Definition.model_validate({
-        "name": name,
-        "description": "Sum of each row of x times a scalar, in fp32.",
-        "axes": {"rows": {"type": "var"}, "cols": {"type": "var"}, "twice": {"type": "expr", "expression": "rows * 2"}},
-        "inputs": {"x": {"shape": ["rows", "cols"], "dtype": "float32"}, "scale": {"shape": None, "dtype": "float32"}},
-        "outputs": {"out": {"shape": ["rows"], "dtype": "float32"}},
-        "reference": HOSTILE.format(marker=str(marker), secret=SECRET_NAME),
-        **({"custom_inputs_entrypoint": "make_inputs"} if custom else {}),
-    })
+    return Definition.model_validate(
+        {
+            "name": name,
+            "description": "Sum of each row of x times a scalar, in fp32.",
+            "axes": {
+                "rows": {"type": "var"},
+                "cols": {"type": "var"},
+                "twice": {"type": "expr", "expression": "rows * 2"},
+            },
+            "inputs": {
+                "x": {"shape": ["rows", "cols"], "dtype": "float32"},
+                "scale": {"shape": None, "dtype": "float32"},
+            },
+            "outputs": {"out": {"shape": ["rows"], "dtype": "float32"}},
+            "reference": HOSTILE.format(marker=str(marker), secret=SECRET_NAME),
+            **({"custom_inputs_entrypoint": "make_inputs"} if custom else {}),
+        }
+    )
 
 
 def _workloads(custom: bool = False) -> list[dict[str, object]]:
     x = {"type": "custom"} if custom else {"type": "random"}
-    return [{"uuid": f"w-{r}-{c}", "axes": {"rows": r, "cols": c}, "inputs": {"x": x, "scale": {"type": "scalar", "value": 0.5}}}
-            for r, c in ((16, 32), (24, 64), (32, 96))]
+    return [
+        {
+            "uuid": f"w-{r}-{c}",
+            "axes": {"rows": r, "cols": c},
+            "inputs": {"x": x, "scale": {"type": "scalar", "value": 0.5}},
+        }
+        for r, c in ((16, 32), (24, 64), (32, 96))
+    ]
 
 
 def _uploaded(tmp_path: Path, marker: Path, *, custom: bool = False) -> Problem:
@@ -107,7 +122,9 @@ def test_the_hostile_reference_plants_its_marker_when_trusted(marker: Path) -> N
     ref = Reference.of(_definition(marker, custom=True))
     out = ref.run([torch.ones(2, 3), 1.0])[0]
     assert _planted(marker) == ["marker-module", "marker-run"]
-    assert torch.equal(out, torch.full((2,), 4.0)), "the hostile reference did not see the secret in the trusted process"
+    assert torch.equal(out, torch.full((2,), 4.0)), (
+        "the hostile reference did not see the secret in the trusted process"
+    )
 
 
 def test_sandboxed_reference_runs_custom_inputs_and_run_without_marker_or_secret(marker: Path) -> None:
@@ -126,7 +143,7 @@ def test_sandboxed_reference_runs_custom_inputs_and_run_without_marker_or_secret
     assert _planted(marker) == []
 
 
-def Workload_of(raw: dict[str, object]):  # type: ignore[no-untyped-def]  # noqa: N802 - reads like the type it builds
+def Workload_of(raw: dict[str, object]):  # type: ignore[no-untyped-def]  # reads like the type it builds
     from worker.formats import Workload
 
     return Workload.model_validate(raw)
@@ -151,13 +168,22 @@ def test_every_stage_of_an_uploaded_problem_runs_its_reference_sandboxed(tmp_pat
     """intake, static, benchmark, probes and canary on an uploaded problem, with a correct kernel: the verdict is
     the kernel's (a reference that saw the secret would fail it by 1.0), and no marker was planted anywhere."""
     problem = _uploaded(tmp_path, marker)
-    solution = Solution.model_validate({
-        "name": "rowsum", "definition": problem.name,
-        "spec": {"language": "python", "entry_point": "k.py::run", "destination_passing_style": False},
-        "sources": [{"path": "k.py", "content": "def run(x, scale):\n    return (x.float() * scale).sum(-1)\n"}],
-    })
-    report = run_audit(problem, solution, device="cpu", stages=["intake", "static", "benchmark", "probes", "canary"],
-                       seed=11, isolation="namespaces")
+    solution = Solution.model_validate(
+        {
+            "name": "rowsum",
+            "definition": problem.name,
+            "spec": {"language": "python", "entry_point": "k.py::run", "destination_passing_style": False},
+            "sources": [{"path": "k.py", "content": "def run(x, scale):\n    return (x.float() * scale).sum(-1)\n"}],
+        }
+    )
+    report = run_audit(
+        problem,
+        solution,
+        device="cpu",
+        stages=["intake", "static", "benchmark", "probes", "canary"],
+        seed=11,
+        isolation="namespaces",
+    )
     statuses = {s.name: s.status for s in report.stages}
     assert statuses["benchmark"] == StageStatus.passed, report.stages
     assert statuses["probes"] == StageStatus.passed, [s.summary for s in report.stages]
@@ -166,18 +192,33 @@ def test_every_stage_of_an_uploaded_problem_runs_its_reference_sandboxed(tmp_pat
     assert _planted(marker) == []
 
 
-@pytest.mark.parametrize("expression", ["9**9**7 * 0 + 4096", "2**10**10", "(rows * 99999999999) ** 3",
-                                        "'a' * 10**8", "__import__('os').getpid()", "[rows] * 10**9",
-                                        "(lambda: 1)()", "rows.bit_length()", "+" * 600 + "1"])
+@pytest.mark.parametrize(
+    "expression",
+    [
+        "9**9**7 * 0 + 4096",
+        "2**10**10",
+        "(rows * 99999999999) ** 3",
+        "'a' * 10**8",
+        "__import__('os').getpid()",
+        "[rows] * 10**9",
+        "(lambda: 1)()",
+        "rows.bit_length()",
+        "+" * 600 + "1",
+    ],
+)
 def test_hostile_axis_expressions_are_refused_quickly(expression: str) -> None:
     """Refused by the schema (or bounded at evaluation by the evaluator's integer and operation limits), never run
     by `eval`: `9**9**7` would hold the worker in one C call for 40 s, which pytest's timeout would catch."""
     with pytest.raises((ValueError, ArithmeticError)):
-        d = Definition.model_validate({
-            "name": "expr_bomb", "axes": {"rows": {"type": "var"}, "big": {"type": "expr", "expression": expression}},
-            "inputs": {"x": {"shape": ["rows"], "dtype": "float32"}}, "outputs": {"y": {"shape": ["big"], "dtype": "float32"}},
-            "reference": "def run(x):\n    return x\n",
-        })
+        d = Definition.model_validate(
+            {
+                "name": "expr_bomb",
+                "axes": {"rows": {"type": "var"}, "big": {"type": "expr", "expression": expression}},
+                "inputs": {"x": {"shape": ["rows"], "dtype": "float32"}},
+                "outputs": {"y": {"shape": ["big"], "dtype": "float32"}},
+                "reference": "def run(x):\n    return x\n",
+            }
+        )
         d.resolve_axes({"rows": 4})
 
 

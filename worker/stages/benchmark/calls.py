@@ -26,8 +26,9 @@ def request(sb: Sandbox, ctx: AuditContext, req: Request[ReplyT], where: str, *,
     except SandboxError as err:
         status = StageStatus.error if err.kind in ("sandbox", "out_of_memory") else StageStatus.failed
         official = "TIMEOUT" if err.kind == "timeout" else "RUNTIME_ERROR"
-        raise Failure(f"{where}: the kernel failed ({err.kind}): {err}", status, official=official,
-                      log=err.log[-2000:]) from err
+        raise Failure(
+            f"{where}: the kernel failed ({err.kind}): {err}", status, official=official, log=err.log[-2000:]
+        ) from err
     if not liveness:  # the caller checks later, outside the window it times
         return reply
     try:

@@ -28,8 +28,9 @@ from worker.stages.benchmark.workloads import reference_outputs
 from worker.stages.result import StageStatus
 
 
-def run_rounds(ctx: AuditContext, sb: Sandbox, workloads: Sequence[Workload], tols: dict[str, Tolerance],
-               ledger: Ledger) -> None:
+def run_rounds(
+    ctx: AuditContext, sb: Sandbox, workloads: Sequence[Workload], tols: dict[str, Tolerance], ledger: Ledger
+) -> None:
     """Every round of every workload, in order; the first output out of tolerance raises Failure."""
     remote = ctx.makes_inputs_in_child
     for w in workloads:
@@ -38,8 +39,9 @@ def run_rounds(ctx: AuditContext, sb: Sandbox, workloads: Sequence[Workload], to
             _one_round(ctx, sb, w, r, tols[w.uuid], ledger, remote=remote)
 
 
-def _one_round(ctx: AuditContext, sb: Sandbox, w: Workload, r: int, tol: Tolerance, ledger: Ledger, *,
-               remote: bool) -> None:
+def _one_round(
+    ctx: AuditContext, sb: Sandbox, w: Workload, r: int, tol: Tolerance, ledger: Ledger, *, remote: bool
+) -> None:
     problem, definition = ctx.problem, ctx.problem.definition
     where = f"workload {w.uuid}, round {r + 1}/{ROUNDS}"
     ctx.progress(f"benchmark: {where}")
@@ -51,7 +53,9 @@ def _one_round(ctx: AuditContext, sb: Sandbox, w: Workload, r: int, tol: Toleran
     made = sorted(case.recipes(definition))
     args = case.args(definition)
     ref = reference_outputs(ctx, args)
-    reply = request(sb, ctx, CallRequest(args=wire, outputs=output_specs(case.output_specs(definition)), poison=float("nan")), where)
+    reply = request(
+        sb, ctx, CallRequest(args=wire, outputs=output_specs(case.output_specs(definition)), poison=float("nan")), where
+    )
     check_made([args[i] for i in made], reply.made_digests, where)
     ledger.mutated.update(inputs_mutated(definition, args, reply.args_after))
     for c in check_round(definition, case, reply.outputs, ref, tol, where, exact=reply.exact_tensor_types):
@@ -69,30 +73,45 @@ def _official_of(out: Any, ref: torch.Tensor, dtype: str) -> str:
 
 
 def check_round(
-    definition: Definition, case: Case, outs: list[torch.Tensor], ref: list[torch.Tensor], tol: Tolerance, where: str,
-    *, exact: list[bool] | None = None,
+    definition: Definition,
+    case: Case,
+    outs: list[torch.Tensor],
+    ref: list[torch.Tensor],
+    tol: Tolerance,
+    where: str,
+    *,
+    exact: list[bool] | None = None,
 ) -> list[OutputComparison]:
     """`outs` against `ref`; `exact`: per output, whether the kernel returned a plain tensor (a call's reply says)."""
     names = list(definition.outputs)
     if len(outs) != len(names):
-        raise Failure(f"{where}: the kernel gave {len(outs)} output(s), the definition has {len(names)} ({names})",
-                      official="INCORRECT_SHAPE")
+        raise Failure(
+            f"{where}: the kernel gave {len(outs)} output(s), the definition has {len(names)} ({names})",
+            official="INCORRECT_SHAPE",
+        )
     subclassed = [n for n, e in zip(names, exact or []) if not e]
     if subclassed:
         raise Failure(
             f"{where}: output(s) {subclassed} came back as a torch.Tensor subclass; results must be plain tensors "
-            "(a subclass can defer its work into the checker, outside the timed region)", official="REWARD_HACK"
+            "(a subclass can defer its work into the checker, outside the timed region)",
+            official="REWARD_HACK",
         )
     if len(ref) != len(names):
-        raise Failure(f"{where}: the reference gave {len(ref)} outputs for {len(names)} declared", StageStatus.error,
-                      official="INVALID_REFERENCE")
+        raise Failure(
+            f"{where}: the reference gave {len(ref)} outputs for {len(names)} declared",
+            StageStatus.error,
+            official="INVALID_REFERENCE",
+        )
     comparisons = []
     for name, out, r in zip(names, outs, ref):
         c = compare_output(name, out, r, to_torch(definition.outputs[name].dtype), tol)
         comparisons.append(c)
         if not c.ok:
-            raise Failure(f"{where}: {c.reason}", official=_official_of(out, r, definition.outputs[name].dtype),
-                          comparison=c.model_dump())
+            raise Failure(
+                f"{where}: {c.reason}",
+                official=_official_of(out, r, definition.outputs[name].dtype),
+                comparison=c.model_dump(),
+            )
     return comparisons
 
 
@@ -113,7 +132,10 @@ def inputs_mutated(definition: Definition, args: list[Any], after: list[Any]) ->
         if isinstance(before, torch.Tensor) and generated.is_digest(now):  # made in the child: compared by digest
             if now[generated.DIGEST_KEY] != generated.digest(before):
                 mutated.append(name)
-        elif isinstance(before, torch.Tensor) and isinstance(now, torch.Tensor):
-            if now.shape != before.shape or now.dtype != before.dtype or not torch.equal(now, before):
-                mutated.append(name)
+        elif (
+            isinstance(before, torch.Tensor)
+            and isinstance(now, torch.Tensor)
+            and (now.shape != before.shape or now.dtype != before.dtype or not torch.equal(now, before))
+        ):
+            mutated.append(name)
     return mutated

@@ -13,8 +13,14 @@ from worker.stages.result import StageStatus
 class Failure(Exception):
     """`official`: the status SOL-ExecBench's own evaluator would record for the workload (worker.traces)."""
 
-    def __init__(self, summary: str, status: StageStatus = StageStatus.failed, *, official: str = "RUNTIME_ERROR",
-                 **evidence: Any) -> None:
+    def __init__(
+        self,
+        summary: str,
+        status: StageStatus = StageStatus.failed,
+        *,
+        official: str = "RUNTIME_ERROR",
+        **evidence: Any,
+    ) -> None:
         super().__init__(summary)
         self.summary = summary
         self.status = status

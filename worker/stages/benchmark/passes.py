@@ -34,8 +34,9 @@ from worker.stages.benchmark.timed import (
 from worker.stages.benchmark.workloads import reference_outputs
 
 
-def time_by_parent(plan: TimingPlan, first: Case, reference: ReferenceBlock | None, timed: Timed, *,
-                   check_seed: int, first_pass: bool) -> None:
+def time_by_parent(
+    plan: TimingPlan, first: Case, reference: ReferenceBlock | None, timed: Timed, *, check_seed: int, first_pass: bool
+) -> None:
     """CPU: each kernel call is one request; its round trip on this process's clock is the time (IPC included, so
     a kernel can only look slower than it is). Kernel and reference alternate call by call (blocks of one), inside
     the timed window; every output is judged after it."""
@@ -45,10 +46,13 @@ def time_by_parent(plan: TimingPlan, first: Case, reference: ReferenceBlock | No
     cases = [first] + [plan.fresh() for _ in range(warm + cfg.reps - 1)]
     offset = timed.reps
     replies: list[CallReply] = []
-    with timed_window(ctx.device, plan.settings, on_wait=lambda: ctx.progress(f"benchmark: {where}: waiting for the timing lock")) as window:
+    with timed_window(
+        ctx.device, plan.settings, on_wait=lambda: ctx.progress(f"benchmark: {where}: waiting for the timing lock")
+    ) as window:
         for i, case in enumerate(cases):
-            call = CallRequest(args=case.args(definition), outputs=output_specs(case.output_specs(definition)),
-                               poison=float("nan"))
+            call = CallRequest(
+                args=case.args(definition), outputs=output_specs(case.output_specs(definition)), poison=float("nan")
+            )
             t0 = time.perf_counter()
             reply = request(sb, ctx, call, f"{where}, call {offset + i + 1}", liveness=False)
             wall_ms = (time.perf_counter() - t0) * 1e3
@@ -63,8 +67,15 @@ def time_by_parent(plan: TimingPlan, first: Case, reference: ReferenceBlock | No
     timed.fresh_inputs += len(cases)
     for i, (case, reply) in enumerate(zip(cases, replies)):
         args = case.args(definition)
-        check_round(definition, case, reply.outputs, reference_outputs(ctx, args), plan.tol,
-                    f"{where}, timed call {offset + i + 1}", exact=reply.exact_tensor_types)
+        check_round(
+            definition,
+            case,
+            reply.outputs,
+            reference_outputs(ctx, args),
+            plan.tol,
+            f"{where}, timed call {offset + i + 1}",
+            exact=reply.exact_tensor_types,
+        )
 
 
 def _child_sample(reply: TimeReply, reps: int, wall_ms: float, where: str) -> TimingSample:
@@ -74,14 +85,17 @@ def _child_sample(reply: TimeReply, reps: int, wall_ms: float, where: str) -> Ti
     if clock != "cuda_events" or len(times) != reps or not all(math.isfinite(t) and t > 0 for t in times):
         raise Failure(f"{where}: the timing reply is malformed (clock {clock!r}, {len(times)} samples)")
     if sum(times) > wall_ms:
-        raise Failure(f"{where}: the kernel claims {sum(times):.1f} ms of device time within {wall_ms:.1f} ms of wall "
-                      "time measured here; its timing is forged")
+        raise Failure(
+            f"{where}: the kernel claims {sum(times):.1f} ms of device time within {wall_ms:.1f} ms of wall "
+            "time measured here; its timing is forged"
+        )
     host_ok = host is not None and len(host) == len(times) and all(math.isfinite(t) for t in host)
     return TimingSample(times_ms=times, clock=clock, host_times_ms=host if host_ok else None)
 
 
-def time_in_child(plan: TimingPlan, first: Case, reference: ReferenceBlock | None, timed: Timed, *,
-                  check_seed: int, first_pass: bool) -> None:
+def time_in_child(
+    plan: TimingPlan, first: Case, reference: ReferenceBlock | None, timed: Timed, *, check_seed: int, first_pass: bool
+) -> None:
     """GPU: blocks of timed calls, each one `time` request (CUDA events in the child), alternating with the
     reference's blocks timed here, inside the device's timed window; then the parent checks what it can."""
     ctx, sb, cfg, where = plan.ctx, plan.sb, plan.cfg, plan.where
@@ -97,14 +111,22 @@ def time_in_child(plan: TimingPlan, first: Case, reference: ReferenceBlock | Non
     made = [sorted(c.recipes(definition)) for c in cases]
     specs, n_out = output_specs(first.output_specs(definition)), len(definition.outputs)
     pending: list[tuple[int, list[torch.Tensor], list[int] | None]] = []
-    with timed_window(ctx.device, plan.settings, on_wait=lambda: ctx.progress(f"benchmark: {where}: waiting for the timing lock")) as window:
+    with timed_window(
+        ctx.device, plan.settings, on_wait=lambda: ctx.progress(f"benchmark: {where}: waiting for the timing lock")
+    ) as window:
         for b in range(n_blocks):
             lo, hi = b * block, (b + 1) * block
             warm = cfg.warmup if first_pass and b == 0 else REWARM_CALLS
             local = [i - lo for i in check if lo <= i < hi]
             block_request = TimeRequest(
-                args=[a for args in [*wire[lo:hi], spare_wire] for a in args], n_args=len(spare_wire),
-                outputs=specs, poison=float("nan"), check=local, warmup=warm, reps=hi - lo, flush_l2=cfg.flush_l2,
+                args=[a for args in [*wire[lo:hi], spare_wire] for a in args],
+                n_args=len(spare_wire),
+                outputs=specs,
+                poison=float("nan"),
+                check=local,
+                warmup=warm,
+                reps=hi - lo,
+                flush_l2=cfg.flush_l2,
             )
             t0 = time.perf_counter()
             reply = request(sb, ctx, block_request, where, liveness=False)
@@ -112,11 +134,13 @@ def time_in_child(plan: TimingPlan, first: Case, reference: ReferenceBlock | Non
             sample = _child_sample(reply, hi - lo, wall_ms, where)
             outs, digests = reply.outputs, reply.made_digests
             if reply.checked != local or len(outs) != n_out * len(local):
-                raise Failure(f"{where}: the timed calls' outputs did not come back as asked (calls {[offset + lo + i for i in local]})")
+                raise Failure(
+                    f"{where}: the timed calls' outputs did not come back as asked (calls {[offset + lo + i for i in local]})"
+                )
             if any(made[lo + i] for i in local) and len(digests) != len(local):
                 raise made_mismatch(where)
             for k, i in enumerate(local):
-                pending.append((lo + i, outs[k * n_out:(k + 1) * n_out], digests[k] if k < len(digests) else None))
+                pending.append((lo + i, outs[k * n_out : (k + 1) * n_out], digests[k] if k < len(digests) else None))
             timed.kernel.append(sample)
             timed.tampered.update(reply.tampered)
             timed.warmup += warm
@@ -129,6 +153,7 @@ def time_in_child(plan: TimingPlan, first: Case, reference: ReferenceBlock | Non
     for i, outs, made_digests in pending:  # one checked set made at a time, and dropped after
         args = cases[i].args(definition)
         check_made([args[j] for j in made[i]], made_digests, where)
-        check_round(definition, cases[i], outs, reference_outputs(ctx, args), plan.tol,
-                    f"{where}, timed call {offset + i + 1}")
+        check_round(
+            definition, cases[i], outs, reference_outputs(ctx, args), plan.tol, f"{where}, timed call {offset + i + 1}"
+        )
         cases[i].release()

@@ -26,6 +26,7 @@ def time_reference(ctx: AuditContext, args: list[Any], cfg: TimingConfig) -> Ref
         def block(warmup: int, reps: int) -> TimingSample:
             with torch.no_grad():
                 return time_trusted(call, ctx.device, TimingConfig(warmup=warmup, reps=reps, flush_l2=cfg.flush_l2))
+
         return block
 
     if not ctx.problem.reference_trusted:

@@ -50,17 +50,23 @@ class Ledger:
     @classmethod
     def open(cls, ctx: AuditContext, workloads: Sequence[Workload]) -> Ledger:
         seeds: dict[str, list[int]] = {w.uuid: [] for w in workloads}
-        evidence: dict[str, Any] = {"seeds": seeds, "workload_uuids": [w.uuid for w in workloads], "rounds": ROUNDS,
-                                    # what a SOL-ExecBench trace records of where and when (worker.traces)
-                                    "environment": environment_of(ctx.device).model_dump(),
-                                    "evaluated_at": datetime.now(UTC).isoformat(timespec="seconds")}
+        evidence: dict[str, Any] = {
+            "seeds": seeds,
+            "workload_uuids": [w.uuid for w in workloads],
+            "rounds": ROUNDS,
+            # what a SOL-ExecBench trace records of where and when (worker.traces)
+            "environment": environment_of(ctx.device).model_dump(),
+            "evaluated_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        }
         stats: dict[str, WorkloadStats] = {w.uuid: WorkloadStats() for w in workloads}
         metrics: dict[str, Any] = {"rounds": ROUNDS, "workloads": stats, "passes_benchmark": False}
         return cls(seeds, stats, metrics, evidence, current=workloads[0].uuid if workloads else "")
 
 
 def no_workloads(ctx: AuditContext) -> StageResult:
-    return StageResult(name=NAME, status=StageStatus.error, summary=f"no {ctx.profile} workloads for {ctx.problem.name}")
+    return StageResult(
+        name=NAME, status=StageStatus.error, summary=f"no {ctx.profile} workloads for {ctx.problem.name}"
+    )
 
 
 def failed(ledger: Ledger, f: Failure) -> StageResult:
@@ -92,8 +98,9 @@ def passed(ledger: Ledger, workloads: Sequence[Workload], tols: dict[str, Tolera
     )
     if mutated:
         summary += f"; note: the kernel modified its input(s) {sorted(mutated)}"
-    return StageResult(name=NAME, status=StageStatus.passed, summary=summary, metrics=_dump(ledger.metrics),
-                       evidence=ledger.evidence)
+    return StageResult(
+        name=NAME, status=StageStatus.passed, summary=summary, metrics=_dump(ledger.metrics), evidence=ledger.evidence
+    )
 
 
 def _tol_phrase(tol: Tolerance) -> str:

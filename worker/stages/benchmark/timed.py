@@ -49,8 +49,15 @@ class TimingPlan:
         i = next(self.counter)
         ctx, problem = self.ctx, self.ctx.problem
         case_seed = self.seed if i == 0 else ctx.derive_seed("benchmark", "timing", self.workload.uuid, i)
-        return build_case(problem.definition, ctx.reference, self.workload, case_seed, folder=problem.folder,
-                          device=ctx.device, lazy=self.gpu)
+        return build_case(
+            problem.definition,
+            ctx.reference,
+            self.workload,
+            case_seed,
+            folder=problem.folder,
+            device=ctx.device,
+            lazy=self.gpu,
+        )
 
 
 @dataclass
@@ -72,8 +79,11 @@ class Timed:
 
     def kernel_sample(self) -> TimingSample:
         host = [h for b in self.kernel for h in (b.host_times_ms or [])]
-        return TimingSample(times_ms=[t for b in self.kernel for t in b.times_ms], clock=self.kernel[0].clock,
-                            host_times_ms=host if len(host) == self.reps else None)
+        return TimingSample(
+            times_ms=[t for b in self.kernel for t in b.times_ms],
+            clock=self.kernel[0].clock,
+            host_times_ms=host if len(host) == self.reps else None,
+        )
 
     def interval(self, seed: int) -> SpeedupInterval | None:
         if not self.reference:

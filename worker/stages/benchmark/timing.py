@@ -50,14 +50,16 @@ def time_kernel(ctx: AuditContext, sb: Sandbox, metrics: dict[str, Any], evidenc
     timed, est = _measure(plan, first, time_reference(ctx, ref_args, cfg), timing)
     kernel = timed.kernel_sample()
     check_floor(ctx, definition, ref_args, first, kernel, timing, where, settings.peak_bandwidth_bytes_per_s)
-    timing.update(kernel_median_ms=kernel.median_ms,
-                  kernel_times_ms=kernel.times_ms if len(kernel.times_ms) <= 20 else None)
+    timing.update(
+        kernel_median_ms=kernel.median_ms, kernel_times_ms=kernel.times_ms if len(kernel.times_ms) <= 20 else None
+    )
     metrics.update(kernel_median_ms=kernel.median_ms)
     return _describe(plan, timed, est, kernel, timing, metrics)
 
 
-def _measure(plan: TimingPlan, first: Case, reference: ReferenceBlock | None,
-             timing: dict[str, Any]) -> tuple[Timed, SpeedupInterval | None]:
+def _measure(
+    plan: TimingPlan, first: Case, reference: ReferenceBlock | None, timing: dict[str, Any]
+) -> tuple[Timed, SpeedupInterval | None]:
     """The first pass, and a second when the speedup's interval is too wide; the interval over both."""
     ctx = plan.ctx
     timed = Timed()
@@ -70,8 +72,14 @@ def _measure(plan: TimingPlan, first: Case, reference: ReferenceBlock | None,
     if est is not None and est.rel_width > plan.settings.retime_threshold(ctx.device):
         timing.update(retimed=True, first_speedup_ci=est.ci)
         ctx.progress(f"benchmark: {plan.where}: the speedup's interval is {est.rel_width:.0%} wide; timing it again")
-        run_pass(plan, plan.fresh(), reference, timed,
-                 check_seed=ctx.derive_seed("benchmark", "timing", "checks", 2), first_pass=False)
+        run_pass(
+            plan,
+            plan.fresh(),
+            reference,
+            timed,
+            check_seed=ctx.derive_seed("benchmark", "timing", "checks", 2),
+            first_pass=False,
+        )
         _after_pass(ctx, plan.sb, timed, timing, plan.where)
         est = timed.interval(boot_seed)
     return timed, est
@@ -81,31 +89,59 @@ def _after_pass(ctx: AuditContext, sb: Sandbox, timed: Timed, timing: dict[str, 
     """The process that answered is still there, nothing was tampered with; the window's record."""
     request(sb, ctx, HelloRequest(device=ctx.device), where)
     first = timed.kernel[0]
-    timing.update(clock=first.clock, reps=timed.reps, warmup=timed.warmup, fresh_inputs=timed.fresh_inputs,
-                  blocks=len(timed.kernel), tampered=sorted(timed.tampered), checked_calls=timed.checked or None,
-                  exclusive=all(wr.exclusive for wr in timed.windows),
-                  lock_wait_s=sum(wr.lock_wait_s for wr in timed.windows), lock_path=timed.windows[-1].lock_path,
-                  clocks_locked=all(wr.clocks_locked for wr in timed.windows), clocks_note=timed.windows[-1].clocks_note)
+    timing.update(
+        clock=first.clock,
+        reps=timed.reps,
+        warmup=timed.warmup,
+        fresh_inputs=timed.fresh_inputs,
+        blocks=len(timed.kernel),
+        tampered=sorted(timed.tampered),
+        checked_calls=timed.checked or None,
+        exclusive=all(wr.exclusive for wr in timed.windows),
+        lock_wait_s=sum(wr.lock_wait_s for wr in timed.windows),
+        lock_path=timed.windows[-1].lock_path,
+        clocks_locked=all(wr.clocks_locked for wr in timed.windows),
+        clocks_note=timed.windows[-1].clocks_note,
+    )
     if timed.request_wall_ms:
         timing["request_wall_ms"] = timed.request_wall_ms
     if timed.tampered:
-        raise Failure(f"{where}: the submission replaced timer/checker functions {sorted(timed.tampered)}; its timing "
-                      "is not trusted", official="REWARD_HACK")
+        raise Failure(
+            f"{where}: the submission replaced timer/checker functions {sorted(timed.tampered)}; its timing "
+            "is not trusted",
+            official="REWARD_HACK",
+        )
 
 
-def _describe(plan: TimingPlan, timed: Timed, est: SpeedupInterval | None, kernel: TimingSample,
-              timing: dict[str, Any], metrics: dict[str, Any]) -> str:
+def _describe(
+    plan: TimingPlan,
+    timed: Timed,
+    est: SpeedupInterval | None,
+    kernel: TimingSample,
+    timing: dict[str, Any],
+    metrics: dict[str, Any],
+) -> str:
     """The speedup and its interval into `timing` and `metrics`; the sentence the stage's summary ends with."""
     blocks = f"{len(timed.kernel)} interleaved blocks" if est is not None else f"{len(timed.kernel)} blocks"
-    clock_note = f"{CLOCK_LABEL[kernel.clock]}, median of {len(kernel.times_ms)}, {blocks}, workload {plan.workload.uuid}"
+    clock_note = (
+        f"{CLOCK_LABEL[kernel.clock]}, median of {len(kernel.times_ms)}, {blocks}, workload {plan.workload.uuid}"
+    )
     if not plan.gpu:
         clock_note += "; indicative only: round trips through the sandbox on a shared CPU"
     if est is None:
-        return (f"{kernel.median_ms:.4f} ms ({clock_note}); no speedup: the uploaded reference runs in its own sandbox, "
-                "whose round trips are not comparable with CUDA events")
+        return (
+            f"{kernel.median_ms:.4f} ms ({clock_note}); no speedup: the uploaded reference runs in its own sandbox, "
+            "whose round trips are not comparable with CUDA events"
+        )
     ref_median = float(statistics.median([t for b in timed.reference for t in b.times_ms]))
-    timing.update(reference_median_ms=ref_median, speedup=est.speedup, speedup_ci=est.ci, speedup_ci_level=est.level,
-                  speedup_ci_method=est.method, speedup_ci_rel_width=est.rel_width)
+    timing.update(
+        reference_median_ms=ref_median,
+        speedup=est.speedup,
+        speedup_ci=est.ci,
+        speedup_ci_level=est.level,
+        speedup_ci_method=est.method,
+        speedup_ci_rel_width=est.rel_width,
+    )
     metrics.update(reference_median_ms=ref_median, speedup=est.speedup, speedup_ci=est.ci)
     phrase = f"{_speed_phrase(est.speedup)} ({est.level:.0%} interval {est.lo:.3g}x-{est.hi:.3g}x; {clock_note})"
     if kernel.host_median_ms is not None:

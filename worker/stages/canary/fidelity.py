@@ -26,8 +26,9 @@ from worker.watched_sandbox import WatchedSandbox
 Oracle = Callable[..., Any]
 
 
-def gradient_fidelity(ctx: AuditContext, plan: Plan, sandbox: WatchedSandbox,
-                      sgd_states: dict[int, State]) -> list[judge.BucketFidelity]:
+def gradient_fidelity(
+    ctx: AuditContext, plan: Plan, sandbox: WatchedSandbox, sgd_states: dict[int, State]
+) -> list[judge.BucketFidelity]:
     """Per fidelity step that has weights (the init, or the reference SGD run's `sgd_states`), per captured call,
     per output and bucket of rows."""
     p = plan.profile
@@ -53,8 +54,9 @@ def max_ratios(budgets: dict[str, OutputBudget], binding: OpBinding) -> dict[str
     return {s.name: (budgets[s.name].max_ratio if s.name in budgets else 4.0) for s in binding.outputs}
 
 
-def _one_call(plan: Plan, sandbox: WatchedSandbox, oracle: Oracle, budgets: dict[str, OutputBudget], step: int,
-              args: list[Any]) -> list[judge.BucketFidelity]:
+def _one_call(
+    plan: Plan, sandbox: WatchedSandbox, oracle: Oracle, budgets: dict[str, OutputBudget], step: int, args: list[Any]
+) -> list[judge.BucketFidelity]:
     binding = plan.binding
     specs = _specs_for(binding, args, plan.ref, plan.device)
     outs = sandbox.send(CallRequest(args=args, outputs=output_specs(specs))).outputs
@@ -67,7 +69,9 @@ def _one_call(plan: Plan, sandbox: WatchedSandbox, oracle: Oracle, budgets: dict
     return fid
 
 
-def _contributions(binding: OpBinding, args: list[Any], budget: OutputBudget | None, out: torch.Tensor) -> torch.Tensor | None:
+def _contributions(
+    binding: OpBinding, args: list[Any], budget: OutputBudget | None, out: torch.Tensor
+) -> torch.Tensor | None:
     """Per row of `out`, how many index entries name it, where the budget buckets rows by that."""
     if budget is None or budget.bucket_by is None or budget.bucket_by.kind != "index_count":
         return None
@@ -77,7 +81,10 @@ def _contributions(binding: OpBinding, args: list[Any], budget: OutputBudget | N
 
 def _specs_for(binding: OpBinding, args: list[Any], ref: Kernel, device: str) -> list[dict[str, Any]]:
     """Output shapes for a direct call: the reference's outputs on the same arguments give them."""
-    outs = ref([a.to(device) if isinstance(a, torch.Tensor) else a for a in args], [{"dtype": s.dtype} for s in binding.outputs])
+    outs = ref(
+        [a.to(device) if isinstance(a, torch.Tensor) else a for a in args],
+        [{"dtype": s.dtype} for s in binding.outputs],
+    )
     return [{"shape": list(o.shape), "dtype": s.dtype} for o, s in zip(outs, binding.outputs)]
 
 

@@ -15,8 +15,9 @@ from worker.stages.canary.runs import ParentRuns, train_nulls
 from worker.stages.canary.submission import SubmissionRun
 
 
-def judge_losses(ctx: AuditContext, plan: Plan, parent: ParentRuns,
-                 submission: dict[Optimizer, SubmissionRun]) -> tuple[list[judge.LossJudgement], bool]:
+def judge_losses(
+    ctx: AuditContext, plan: Plan, parent: ParentRuns, submission: dict[Optimizer, SubmissionRun]
+) -> tuple[list[judge.LossJudgement], bool]:
     """One judgement per optimiser, and whether the nulls were trained (with lazy nulls, into `parent`)."""
     losses = _judged(plan, parent, submission)
     nulls_trained = all(parent[opt].nulls_trained for opt in plan.profile.optimizers)
@@ -30,5 +31,15 @@ def judge_losses(ctx: AuditContext, plan: Plan, parent: ParentRuns,
 
 def _judged(plan: Plan, parent: ParentRuns, submission: dict[Optimizer, SubmissionRun]) -> list[judge.LossJudgement]:
     p = plan.profile
-    return [judge.judge_loss(opt, plan.steps, parent[opt].heldout, submission[opt].heldout, parent[opt].null_heldout,
-                             p.band_factor, p.loss_floor) for opt in p.optimizers]
+    return [
+        judge.judge_loss(
+            opt,
+            plan.steps,
+            parent[opt].heldout,
+            submission[opt].heldout,
+            parent[opt].null_heldout,
+            p.band_factor,
+            p.loss_floor,
+        )
+        for opt in p.optimizers
+    ]

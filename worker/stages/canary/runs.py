@@ -42,13 +42,25 @@ class CanaryRun:
 
     def entry(self, states: dict[int, State]) -> dict[str, Any]:
         """The cache entry's form (plain containers: the cache reads with torch.load(weights_only=True))."""
-        return {"eval": self.heldout, "train": self.train_losses, "states": states, "nulls": self.null_heldout,
-                "null_kinds": self.null_kinds, "nulls_trained": self.nulls_trained}
+        return {
+            "eval": self.heldout,
+            "train": self.train_losses,
+            "states": states,
+            "nulls": self.null_heldout,
+            "null_kinds": self.null_kinds,
+            "nulls_trained": self.nulls_trained,
+        }
 
     @classmethod
     def from_entry(cls, entry: dict[str, Any]) -> CanaryRun:
-        return cls(heldout=entry["eval"], train_losses=entry["train"], states=entry["states"], null_heldout=entry["nulls"],
-                   null_kinds=entry["null_kinds"], nulls_trained=entry.get("nulls_trained", True))
+        return cls(
+            heldout=entry["eval"],
+            train_losses=entry["train"],
+            states=entry["states"],
+            null_heldout=entry["nulls"],
+            null_kinds=entry["null_kinds"],
+            nulls_trained=entry.get("nulls_trained", True),
+        )
 
 
 ParentRuns = dict[Optimizer, CanaryRun]
@@ -107,9 +119,14 @@ def _train_parent(plan: Plan) -> ParentRuns:
     runs: ParentRuns = {}
     for j, opt in enumerate(p.optimizers):
         i = j * per_opt
-        runs[opt] = CanaryRun(heldout=evals[i], train_losses=outs[i].losses, states=outs[i].checkpoints,
-                              null_heldout=evals[i + 1:i + per_opt], null_kinds=plan.null_kinds if with_nulls else [],
-                              nulls_trained=with_nulls)
+        runs[opt] = CanaryRun(
+            heldout=evals[i],
+            train_losses=outs[i].losses,
+            states=outs[i].checkpoints,
+            null_heldout=evals[i + 1 : i + per_opt],
+            null_kinds=plan.null_kinds if with_nulls else [],
+            nulls_trained=with_nulls,
+        )
     return runs
 
 
@@ -124,7 +141,9 @@ def train_nulls(plan: Plan, runs: ParentRuns) -> None:
         plan.timings["parent_nulls_train_s"] = round(time.perf_counter() - t, 2)
     n = len(plan.null_kinds)
     for j, opt in enumerate(plan.profile.optimizers):
-        runs[opt] = replace(runs[opt], null_heldout=evals[j * n:(j + 1) * n], null_kinds=plan.null_kinds, nulls_trained=True)
+        runs[opt] = replace(
+            runs[opt], null_heldout=evals[j * n : (j + 1) * n], null_kinds=plan.null_kinds, nulls_trained=True
+        )
     _store(plan, runs)
 
 
@@ -144,9 +163,22 @@ def _members(plan: Plan, reference: bool, nulls: bool) -> tuple[list[Kernel], li
     return kernels, opts
 
 
-def _train(plan: Plan, kernels: list[Kernel], opts: list[Optimizer], timings: dict[str, float] | None = None) -> list[TrainOutput]:
-    return train_stacked(plan.profile, plan.binding, kernels, plan.init, plan.batches, opts, plan.device, tuple(plan.steps),
-                         stop=plan.stop, widen=plan.widen, timings=timings)
+def _train(
+    plan: Plan, kernels: list[Kernel], opts: list[Optimizer], timings: dict[str, float] | None = None
+) -> list[TrainOutput]:
+    return train_stacked(
+        plan.profile,
+        plan.binding,
+        kernels,
+        plan.init,
+        plan.batches,
+        opts,
+        plan.device,
+        tuple(plan.steps),
+        stop=plan.stop,
+        widen=plan.widen,
+        timings=timings,
+    )
 
 
 def _store(plan: Plan, runs: ParentRuns) -> None:
@@ -154,5 +186,11 @@ def _store(plan: Plan, runs: ParentRuns) -> None:
     if plan.cache_key is None:
         return
     keep = plan.profile.fidelity_steps
-    parent_cache.store(cache_dir(), plan.cache_key, {
-        opt: run.entry({s: st for s, st in run.states.items() if opt == "sgd" and s in keep}) for opt, run in runs.items()})
+    parent_cache.store(
+        cache_dir(),
+        plan.cache_key,
+        {
+            opt: run.entry({s: st for s, st in run.states.items() if opt == "sgd" and s in keep})
+            for opt, run in runs.items()
+        },
+    )

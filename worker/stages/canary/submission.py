@@ -41,9 +41,16 @@ def request_training(plan: Plan, sandbox: WatchedSandbox) -> tuple[CanaryTrainRe
     p = plan.profile
     t = time.perf_counter()
     reply = sandbox.send(
-        CanaryTrainRequest(profile=p, binding=plan.binding, init=plan.init, batches=plan.batches,
-                           optimizers=list(p.optimizers), checkpoints=plan.steps, seed=plan.seed,
-                           threads=plan.child_threads),
+        CanaryTrainRequest(
+            profile=p,
+            binding=plan.binding,
+            init=plan.init,
+            batches=plan.batches,
+            optimizers=list(p.optimizers),
+            checkpoints=plan.steps,
+            seed=plan.seed,
+            threads=plan.child_threads,
+        ),
         timeout_s=plan.child_timeout_s,
     )
     return reply, time.perf_counter() - t

@@ -26,9 +26,7 @@ def positions(ctx: AuditContext, names: list[str]) -> list[int]:
     return [order.index(n) for n in names]
 
 
-def call_kernel(
-    ctx: AuditContext, case: Case, poison: float, noncontiguous: list[int]
-) -> CallReply:
+def call_kernel(ctx: AuditContext, case: Case, poison: float, noncontiguous: list[int]) -> CallReply:
     """One call of the kernel on `case`: outputs pre-filled with `poison`, the inputs at
     `noncontiguous` handed over as strided views."""
     definition = ctx.problem.definition
@@ -51,13 +49,11 @@ def _check_outputs(ctx: AuditContext, case: Case, outs: list[torch.Tensor]) -> N
     definition = ctx.problem.definition
     if len(outs) != len(definition.outputs):
         raise KernelOutputError(
-            f"the kernel returned {len(outs)} outputs; "
-            f"the definition has {len(definition.outputs)}"
+            f"the kernel returned {len(outs)} outputs; the definition has {len(definition.outputs)}"
         )
     for (name, spec), t in zip(definition.outputs.items(), outs, strict=True):
         want_shape, want_dtype = case.output_shapes[name], to_torch(spec.dtype)
         if tuple(t.shape) != tuple(want_shape) or t.dtype != want_dtype:
             raise KernelOutputError(
-                f"output '{name}' is {tuple(t.shape)} {t.dtype}; "
-                f"the definition says {tuple(want_shape)} {want_dtype}"
+                f"output '{name}' is {tuple(t.shape)} {t.dtype}; the definition says {tuple(want_shape)} {want_dtype}"
             )

@@ -28,9 +28,7 @@ class Behaviour:
     seconds: float
 
 
-def behavioural_checks(
-    ctx: AuditContext, spec: AuditSpec, runs: ProbeRuns
-) -> Behaviour:
+def behavioural_checks(ctx: AuditContext, spec: AuditSpec, runs: ProbeRuns) -> Behaviour:
     """The checks on one probe, and the inputs-unmodified check over every call."""
     started = time.perf_counter()
     results: list[checks.CheckResult] = []
@@ -42,17 +40,13 @@ def behavioural_checks(
         results, evidence = _run_checks(ctx, spec, chosen, case, first, runs.calls)
     if runs.calls:
         inputs = list(ctx.problem.definition.inputs)
-        results.insert(
-            0, checks.check_inputs_unmodified(inputs, runs.calls, ctx.device)
-        )
+        results.insert(0, checks.check_inputs_unmodified(inputs, runs.calls, ctx.device))
     return Behaviour(results, evidence, time.perf_counter() - started)
 
 
 def _check_probe(probes: list[ProbeSpec]) -> ProbeSpec:
     """One moderate, realistic case for the behavioural checks."""
-    return next(
-        (p for p in probes if not p.adversarial and not p.noncontiguous), probes[0]
-    )
+    return next((p for p in probes if not p.adversarial and not p.noncontiguous), probes[0])
 
 
 def _run_checks(
@@ -69,9 +63,7 @@ def _run_checks(
         "poison": [repr(checks.POISON_A), repr(checks.POISON_B)],
     }
     results = _rerun_checks(ctx, probe, case, first, noncontig, calls)
-    permuted, evidence["permutation"] = _order_invariance(
-        ctx, spec, probe, case, first, noncontig, calls
-    )
+    permuted, evidence["permutation"] = _order_invariance(ctx, spec, probe, case, first, noncontig, calls)
     return results + permuted, evidence
 
 
@@ -96,10 +88,7 @@ def _rerun_checks(
             checks.check_poison(names, first.outputs, second.outputs, a, b),
         ]
     except KERNEL_FAILURES as err:
-        msg = (
-            "the kernel failed on a second run of the same inputs: "
-            f"{type(err).__name__}: {err}"
-        )[:600]
+        msg = (f"the kernel failed on a second run of the same inputs: {type(err).__name__}: {err}")[:600]
         return [checks.CheckResult(name="determinism", passed=False, summary=msg)]
 
 
@@ -116,9 +105,7 @@ def _order_invariance(
     the outputs may change only at rounding level. Returns the evidence as well."""
     definition = ctx.problem.definition
     axis = spec.order_free_axis
-    indexed = axis is not None and any(
-        axis in (s.shape or []) for s in definition.inputs.values()
-    )
+    indexed = axis is not None and any(axis in (s.shape or []) for s in definition.inputs.values())
     if axis is None or not indexed or axis not in case.axes:
         return (
             [],
@@ -129,10 +116,7 @@ def _order_invariance(
     perm = torch.randperm(case.axes[axis], generator=gen)
     evidence = {"axis": axis, "seed": perm_seed}
     permuted = permute_case(definition, case, axis, perm)
-    dims = {
-        n: [i for i, a in enumerate(s.shape or []) if a == axis]
-        for n, s in definition.outputs.items()
-    }
+    dims = {n: [i for i, a in enumerate(s.shape or []) if a == axis] for n, s in definition.outputs.items()}
     names = list(definition.outputs)
     try:
         third = call_kernel(ctx, permuted, checks.POISON_A, noncontig)
@@ -141,9 +125,6 @@ def _order_invariance(
         outs = first.outputs, third.outputs
         return [checks.check_permutation(names, *outs, dims, perm, axis)], evidence
     except KERNEL_FAILURES as err:
-        msg = (
-            f"the kernel failed when the inputs were permuted along '{axis}': "
-            f"{type(err).__name__}: {err}"
-        )[:600]
+        msg = (f"the kernel failed when the inputs were permuted along '{axis}': {type(err).__name__}: {err}")[:600]
         result = checks.CheckResult(name="order_invariance", passed=False, summary=msg)
         return [result], evidence

@@ -32,9 +32,7 @@ def input_stats(case: Case, device: str) -> dict[str, Any]:
         if not isinstance(v, torch.Tensor):
             stats["scalars"][name] = v
         elif v.dtype.is_floating_point:
-            stats[name] = on_device_or_cpu(
-                device, lambda d, v=v: _spread(v.to(d, torch.float64))
-            )
+            stats[name] = on_device_or_cpu(device, lambda d, v=v: _spread(v.to(d, torch.float64)))
         elif v.numel() and v.dtype != torch.bool and int(v.min()) >= 0:
             counts = torch.bincount(v.reshape(-1).to(torch.int64))
             stats[name] = {
@@ -95,11 +93,7 @@ def _measure_on(
             budget = budget.model_copy(update={"max_ratio": budget.max_ratio * slack})
         labels, edges, kind = _labels(case, budget, out)
         labels = labels.to(device) if labels is not None else None
-        yardstick = {
-            run: run_outs[i].to(device)
-            for run, run_outs in (honest or {}).items()
-            if i < len(run_outs)
-        }
+        yardstick = {run: run_outs[i].to(device) for run, run_outs in (honest or {}).items() if i < len(run_outs)}
         result.append(
             measure_output(
                 name,

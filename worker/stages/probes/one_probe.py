@@ -73,14 +73,10 @@ def run_probes(ctx: AuditContext, spec: AuditSpec, jitter: bool) -> ProbeRuns:
     runs = ProbeRuns(oracle=oracle)
     for probe in spec.probes:
         ctx.progress(f"probes: {probe.name}")
-        outcome, case, reply = run_probe(
-            ctx, spec, probe, oracle, sources, runs.notes, jitter=jitter
-        )
+        outcome, case, reply = run_probe(ctx, spec, probe, oracle, sources, runs.notes, jitter=jitter)
         runs.outcomes.append(outcome)
         if case is not None and reply is not None:
-            runs.calls.append(
-                (probe.name, case.args(problem.definition), reply.args_after)
-            )
+            runs.calls.append((probe.name, case.args(problem.definition), reply.args_after))
             runs.ran[probe.name] = (case, reply)
     return runs
 
@@ -126,9 +122,7 @@ def run_probe(
         with _timed(outcome, "oracle", ctx.device):
             ref = oracle_outputs(oracle, case, ctx)
     with _timed(outcome, "measure", ctx.device):
-        outcome.outputs = measure(
-            ctx, spec, case, reply.outputs, ref, yardstick.slack, yardstick.honest
-        )
+        outcome.outputs = measure(ctx, spec, case, reply.outputs, ref, yardstick.slack, yardstick.honest)
     return outcome, case, reply
 
 
@@ -179,7 +173,7 @@ def _generic_yardstick(
     try:
         with _timed(outcome, "oracle", ctx.device):
             ref = oracle_outputs(oracle, case, ctx)
-    except Exception as err:  # the reference's own error on these inputs
+    except Exception as err:  # noqa: BLE001 - the reference's own error on these inputs
         msg = f"the reference rejects these inputs: {type(err).__name__}: {err}"
         outcome.not_applicable = msg[:400]
         return None
@@ -204,6 +198,4 @@ def _timed(outcome: ProbeOutcome, phase: str, device: str) -> Iterator[None]:
     finally:
         if torch.device(device).type == "cuda":
             torch.cuda.synchronize(device)
-        outcome.timings[phase] = (
-            outcome.timings.get(phase, 0.0) + time.perf_counter() - t
-        )
+        outcome.timings[phase] = outcome.timings.get(phase, 0.0) + time.perf_counter() - t

@@ -28,9 +28,7 @@ from worker.stages.probes.measure import measure
 REFERENCE_ORACLE_SLACK = 4.0
 
 
-def oracle_outputs(
-    oracle: Callable[..., Any], case: Case, ctx: AuditContext
-) -> list[torch.Tensor]:
+def oracle_outputs(oracle: Callable[..., Any], case: Case, ctx: AuditContext) -> list[torch.Tensor]:
     """The oracle's outputs (fp64 where floating), left where they were made.
 
     A curated oracle.py computes on its inputs' device: the audit's GPU, or the CPU
@@ -46,15 +44,10 @@ def oracle_outputs(
         if isinstance(oracle, GenericOracle):
             result = oracle(*[_clone(a) for a in args])
         else:
-            result = on_device_or_cpu(
-                ctx.device, lambda d: oracle(*[_copy_to(a, d) for a in args])
-            )
+            result = on_device_or_cpu(ctx.device, lambda d: oracle(*[_copy_to(a, d) for a in args]))
     outs = list(result) if isinstance(result, (tuple, list)) else [result]
     if len(outs) != len(definition.outputs):
-        raise ValueError(
-            f"the oracle returned {len(outs)} outputs "
-            f"for {len(definition.outputs)} in the definition"
-        )
+        raise ValueError(f"the oracle returned {len(outs)} outputs for {len(definition.outputs)} in the definition")
     return [_detached_fp64(o) for o in outs]
 
 
@@ -73,18 +66,12 @@ def _detached_fp64(o: torch.Tensor) -> torch.Tensor:
 def slack(oracle: Callable[..., Any]) -> float:
     """How many times its budget a probe may use: wider where the generic oracle's last
     run fell back to the reference's own precision."""
-    if (
-        isinstance(oracle, GenericOracle)
-        and oracle.runs
-        and oracle.runs[-1].precision == "reference"
-    ):
+    if isinstance(oracle, GenericOracle) and oracle.runs and oracle.runs[-1].precision == "reference":
         return REFERENCE_ORACLE_SLACK
     return 1.0
 
 
-def _reference_at_own_precision(
-    ctx: AuditContext, case: Case, reorder: str | None = None
-) -> list[torch.Tensor] | None:
+def _reference_at_own_precision(ctx: AuditContext, case: Case, reorder: str | None = None) -> list[torch.Tensor] | None:
     """The reference at its own dtypes (`reorder`: with its reductions in another honest
     order), where the kernel runs.
 
@@ -98,7 +85,7 @@ def _reference_at_own_precision(
         try:
             with torch.no_grad():
                 return [o.detach() for o in ctx.reference.run(args, reorder=reorder)]
-        except Exception:  # a reference that fails unpromoted here is no yardstick
+        except Exception:  # noqa: BLE001 - a reference that fails unpromoted here is no yardstick
             continue
     return None
 
@@ -139,18 +126,12 @@ def own_precision_if_it_disagrees(
     others = {k: v for k, v in runs.items() if k != "own"} or None
     try:
         errors = measure(ctx, spec, case, own, promoted, honest=others)
-    except (
-        Exception
-    ):  # outputs the measure cannot take (wrong shapes): no oracle either
+    except Exception:  # noqa: BLE001 - outputs the measure cannot take (wrong shapes): no oracle either
         return None
     if all(e.passed for e in errors):
         return None
     worst = max(errors, key=lambda e: (not e.passed, e.mismatches or 0, e.worst_ratio))
-    what = (
-        f"{worst.mismatches} integer mismatches"
-        if worst.mismatches
-        else f"{worst.worst_ratio:.3g}x the ideal error"
-    )
+    what = f"{worst.mismatches} integer mismatches" if worst.mismatches else f"{worst.worst_ratio:.3g}x the ideal error"
     note = (
         f"the reference at its own precision is off the fp64-promoted result here "
         f"({what} on '{worst.output}'): its result depends on precision (ties, "

@@ -22,17 +22,12 @@ from worker.stages.result import StageResult, StageStatus
 _PHASES = ("inputs", "oracle", "honest", "kernel", "measure")
 
 
-def nothing_applies(
-    ctx: AuditContext, plan: GenericPlan | None, runs: ProbeRuns
-) -> StageResult:
+def nothing_applies(ctx: AuditContext, plan: GenericPlan | None, runs: ProbeRuns) -> StageResult:
     """Skipped: the definition's own reference rejects every derived probe's inputs."""
     return StageResult(
         name=NAME,
         status=StageStatus.skipped,
-        summary=(
-            f"{ctx.problem.name}: no derived probe applies "
-            "(the reference rejects every probe's inputs)"
-        ),
+        summary=(f"{ctx.problem.name}: no derived probe applies (the reference rejects every probe's inputs)"),
         evidence={
             "not_applicable": {o.name: o.not_applicable for o in runs.outcomes},
             **({"generic": plan.report()} if plan is not None else {}),
@@ -57,16 +52,23 @@ def report(
     if notes:
         summary += "; advisory, not counted: " + ", ".join(
             f"{o.name} ({'raised' if o.kernel_error else 'wrong'}: the kernel assumes contiguous inputs; call it on "
-            "contiguous tensors or make its wrapper call .contiguous())" if o.noncontiguous else o.name
-            for o in notes)
+            "contiguous tensors or make its wrapper call .contiguous())"
+            if o.noncontiguous
+            else o.name
+            for o in notes
+        )
     metrics = _metrics(runs.outcomes, behaviour, worst, diagnosis)
     metrics["advisories"] = [o.name for o in notes]
     layout = [o for o in notes if o.noncontiguous]
     if layout:
         # a finding of its own, not a numerics failure: wrong only on views the benchmark's contract never hands over
-        metrics["layout"] = {"status": "warning", "finding": "wrong on strided views of its inputs",
-                             "probes": [o.name for o in layout], "inputs": sorted({n for o in layout for n in o.noncontiguous}),
-                             "kernel_error": next((o.kernel_error for o in layout if o.kernel_error), None)}
+        metrics["layout"] = {
+            "status": "warning",
+            "finding": "wrong on strided views of its inputs",
+            "probes": [o.name for o in layout],
+            "inputs": sorted({n for o in layout for n in o.noncontiguous}),
+            "kernel_error": next((o.kernel_error for o in layout if o.kernel_error), None),
+        }
     evidence = _evidence(ctx, spec, plan, runs, behaviour.evidence)
     if plan is not None:
         plan_seed = ctx.derive_seed(NAME, "plan")
@@ -75,9 +77,7 @@ def report(
     token_stats = ctx.problem.token_stats
     if token_stats is not None:
         evidence["token_stats"] = {**token_stats.describe(), "notes": runs.notes[:20]}
-    return StageResult(
-        name=NAME, status=status, summary=summary, metrics=metrics, evidence=evidence
-    )
+    return StageResult(name=NAME, status=status, summary=summary, metrics=metrics, evidence=evidence)
 
 
 def _verdict(
@@ -89,11 +89,7 @@ def _verdict(
 ) -> tuple[StageStatus, str]:
     """Failed where a probe or a check failed; an error where probes could not be built
     (a fault of the spec, not of the kernel); passed otherwise."""
-    failed_probes = [
-        o
-        for o in applicable
-        if o.kernel_error or (o.input_error is None and not o.passed)
-    ]
+    failed_probes = [o for o in applicable if o.kernel_error or (o.input_error is None and not o.passed)]
     failed_checks = [c for c in behaviour if not c.passed]
     if failed_probes or failed_checks:
         summary = _failure_summary(len(applicable), failed_probes, failed_checks, worst)
@@ -103,9 +99,7 @@ def _verdict(
         source = "audit.json" if plan is None else "derived"
         error = input_errors[0].input_error
         return StageStatus.error, f"{source} probes could not be built: {error}"
-    return StageStatus.passed, _pass_summary(
-        len(applicable), behaviour, measured, worst
-    )
+    return StageStatus.passed, _pass_summary(len(applicable), behaviour, measured, worst)
 
 
 def _failure_summary(
@@ -118,16 +112,11 @@ def _failure_summary(
     if failed_probes:
         names = ", ".join(o.name for o in failed_probes[:4])
         names += "..." if len(failed_probes) > 4 else ""
-        parts.append(
-            f"{len(failed_probes)} of {applicable} probes over their error budget "
-            f"or failing ({names})"
-        )
+        parts.append(f"{len(failed_probes)} of {applicable} probes over their error budget or failing ({names})")
     if failed_checks:
         parts.append("failed checks: " + ", ".join(c.name for c in failed_checks))
     if worst is not None and worst.worst_ratio > 0:
-        parts.append(
-            f"worst error {worst.worst_ratio:.1f}x the ideal output's on '{worst.name}'"
-        )
+        parts.append(f"worst error {worst.worst_ratio:.1f}x the ideal output's on '{worst.name}'")
     return "; ".join(parts)
 
 
@@ -140,9 +129,7 @@ def _pass_summary(
     if worst is None:
         head = f"{applicable} probes ran; "
     else:
-        budget = max(
-            (out.max_ratio for o in measured for out in o.outputs), default=0.0
-        )
+        budget = max((out.max_ratio for o in measured for out in o.outputs), default=0.0)
         head = (
             f"{applicable} probes within budget (worst {worst.worst_ratio:.2f}x the "
             f"ideal output's error on '{worst.name}', budget {budget:g}x); "
@@ -156,16 +143,10 @@ def _metrics(
     worst: ProbeOutcome | None,
     diagnosis: Any,
 ) -> dict[str, Any]:
-    phase_seconds = {
-        f"{phase}_s": round(sum(o.timings.get(phase, 0.0) for o in outcomes), 3)
-        for phase in _PHASES
-    }
+    phase_seconds = {f"{phase}_s": round(sum(o.timings.get(phase, 0.0) for o in outcomes), 3) for phase in _PHASES}
     return {
         "probes": {o.name: o.metrics() for o in outcomes},
-        "checks": {
-            c.name: {"passed": c.passed, "summary": c.summary, **c.details}
-            for c in behaviour.results
-        },
+        "checks": {c.name: {"passed": c.passed, "summary": c.summary, **c.details} for c in behaviour.results},
         "worst_ratio": round(worst.worst_ratio, 3) if worst else None,
         "worst_probe": worst.name if worst else None,
         "diagnosis": diagnosis,
@@ -188,19 +169,13 @@ def _evidence(
         "profile": ctx.profile,
         "device": ctx.device,
         "oracle": _oracle_description(spec, runs),
-        "spec": (
-            "audit.json (curated)"
-            if plan is None
-            else "derived from the definition (no audit.json)"
-        ),
+        "spec": ("audit.json (curated)" if plan is None else "derived from the definition (no audit.json)"),
         "judged": _judged(plan),
         "floor": [floor_note(d) for d in sorted(dtypes, key=str)],
         "seeds": {o.name: o.seed for o in outcomes},
         "probes": [{**o.spec, "axes_used": o.axes, "seed": o.seed} for o in outcomes],
         "axes_drawn": _axes_drawn(spec, plan),
-        "not_applicable": {
-            o.name: o.not_applicable for o in outcomes if o.not_applicable
-        },
+        "not_applicable": {o.name: o.not_applicable for o in outcomes if o.not_applicable},
         "budgets": {n: b.model_dump() for n, b in spec.budgets.items()},
         "checks": check_evidence,
     }
