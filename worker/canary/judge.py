@@ -14,20 +14,17 @@ The canary fails when either part fails.
 
 from __future__ import annotations
 
+import itertools
 import math
 from typing import Any
 
 import torch
 from pydantic import BaseModel
 
+from worker.numerics.error_metrics import unit_roundoff
 from worker.problem_spec import OutputBudget
-import itertools
 
 COUNT_EDGES = (1, 2, 8, 64, 512, 4096)
-
-
-def unit_roundoff(dtype: torch.dtype) -> float:
-    return float(torch.finfo(dtype).eps) / 2 if dtype.is_floating_point else 0.0
 
 
 class BucketFidelity(BaseModel):

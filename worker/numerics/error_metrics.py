@@ -43,7 +43,8 @@ def bucket_label(lo: int, hi: int | None) -> str:
 
 
 def unit_roundoff(dtype: torch.dtype) -> float:
-    return float(torch.finfo(dtype).eps) / 2
+    """Half a float dtype's epsilon; 0 for an integer or bool dtype, whose values are exact."""
+    return float(torch.finfo(dtype).eps) / 2 if dtype.is_floating_point else 0.0
 
 
 def floor_note(dtype: torch.dtype) -> str:

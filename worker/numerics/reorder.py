@@ -16,6 +16,7 @@ by the reference at its own precision.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
@@ -23,7 +24,6 @@ from typing import Any, Literal
 import torch
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
-import itertools
 
 Style = Literal["split", "sequential"]
 STYLES: tuple[Style, ...] = ("split", "sequential")
