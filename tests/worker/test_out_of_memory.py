@@ -34,6 +34,7 @@ def run(indices, grad_output, num_embeddings, padding_idx, grad_weight):
     by = {s.name: s for s in report.stages}
     assert by["benchmark"].status is StageStatus.error, by["benchmark"].summary
     assert "ran out of memory" in by["benchmark"].summary
+    assert by["benchmark"].metrics["out_of_memory_retries"] == 2  # waited for memory and ran again, twice
     assert report.verdict.value != "pass"
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TypeVar
 
 from worker.context import AuditContext
-from worker.sandbox import Sandbox, SandboxError
+from worker.sandbox import Sandbox, SandboxError, SandboxOutOfMemory
 from worker.sandbox.protocol import HelloRequest, Reply, Request
 from worker.stages.benchmark.failure import Failure
 from worker.stages.result import StageStatus
@@ -23,8 +23,12 @@ def request(sb: Sandbox, ctx: AuditContext, req: Request[ReplyT], where: str, *,
     """
     try:
         reply: ReplyT = sb.send(req)
+    except (
+        SandboxOutOfMemory
+    ):  # the device's load, not the kernel: the engine waits for memory and runs the stage again
+        raise
     except SandboxError as err:
-        status = StageStatus.error if err.kind in ("sandbox", "out_of_memory") else StageStatus.failed
+        status = StageStatus.error if err.kind == "sandbox" else StageStatus.failed
         official = "TIMEOUT" if err.kind == "timeout" else "RUNTIME_ERROR"
         raise Failure(
             f"{where}: the kernel failed ({err.kind}): {err}", status, official=official, log=err.log[-2000:]
