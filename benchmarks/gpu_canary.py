@@ -23,12 +23,13 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import torch  # noqa: E402
+import torch
 
-from benchmarks.parallel import run_jobs  # noqa: E402
-from worker.catalogue import Problem, load_catalogue  # noqa: E402
-from worker.context import AuditContext  # noqa: E402
-from worker.stages import canary  # noqa: E402
+from benchmarks.parallel import run_jobs
+from worker.canary.profiles import CanaryProfile
+from worker.catalogue import Problem, load_catalogue
+from worker.context import AuditContext
+from worker.stages import canary
 
 # (problem, solution, expected): the known-bad bf16 accumulators, their fp32 counterparts, and every
 # other correct example; "any" marks known-bad kernels the canary is not required to catch
@@ -65,13 +66,16 @@ def audit_one(problem_name: str, solution_name: str, seed: int, device: str) -> 
     return canary_row(load_catalogue().get(problem_name), solution_name, seed, device)
 
 
-def canary_row(problem: Problem, solution_name: str, seed: int, device: str) -> dict[str, Any]:
-    """One canary stage of an example solution, as a row: status, loss gaps and limits, fidelity, timings, curves."""
+def canary_row(
+    problem: Problem, solution_name: str, seed: int, device: str, profile: CanaryProfile | None = None
+) -> dict[str, Any]:
+    """One canary stage of an example solution, as a row: status, loss gaps and limits, fidelity, timings, curves.
+    `profile`: the stage's canary profile (default: the device's)."""
     solution = problem.example_solution(solution_name)
     ctx = AuditContext(problem=problem, solution=solution, device=device, seed=seed)
     t = time.perf_counter()
     try:
-        result = canary.run(ctx)
+        result = canary.run(ctx, profile)
     finally:
         ctx.close()
     m = result.metrics
@@ -89,6 +93,8 @@ def canary_row(problem: Problem, solution_name: str, seed: int, device: str) -> 
         "fidelity_worst_ratio": m.get("fidelity_worst_ratio"),
         "fidelity_failed": m.get("fidelity_failed"),
         "masked_by_adamw": m.get("masked_by_adamw"),
+        "site": m.get("site"),
+        "site_match": m.get("site_match"),
         "timings": m.get("timings"),
         "fidelity": result.evidence.get("fidelity"),
         "curves_heldout": {k: v["heldout"] for k, v in result.evidence.get("curves", {}).items()},
@@ -143,9 +149,11 @@ def print_table(rows: list[dict[str, Any]]) -> None:
     print("-" * len(hdr))
     for r in rows:
         g, lim = r.get("loss_gap") or {}, r.get("loss_threshold") or {}
-        print(f"{r['problem'] + '/' + r['solution']:48} {r['kind']:6} {r['expected']:4} {r['status']:7} "
-              f"{_fmt(g.get('sgd')):>9} {_fmt(lim.get('sgd')):>8} {_fmt(g.get('adamw')):>9} {_fmt(lim.get('adamw')):>8} "
-              f"{_fmt(r.get('fidelity_worst_ratio')):>7} {str(r.get('masked_by_adamw', '-')):>11} {_fmt(r.get('seconds')):>5}")
+        print(
+            f"{r['problem'] + '/' + r['solution']:48} {r['kind']:6} {r['expected']:4} {r['status']:7} "
+            f"{_fmt(g.get('sgd')):>9} {_fmt(lim.get('sgd')):>8} {_fmt(g.get('adamw')):>9} {_fmt(lim.get('adamw')):>8} "
+            f"{_fmt(r.get('fidelity_worst_ratio')):>7} {r.get('masked_by_adamw', '-')!s:>11} {_fmt(r.get('seconds')):>5}"
+        )
 
 
 def main() -> None:
@@ -169,18 +177,29 @@ def main() -> None:
     def record(r: dict[str, Any]) -> None:
         rows.append(r)
         if r["status"] == "missing":
-            print(f"[{time.perf_counter() - started:6.1f}s] {r['problem']}/{r['solution']}: not in the catalogue, skipped", flush=True)
+            print(
+                f"[{time.perf_counter() - started:6.1f}s] {r['problem']}/{r['solution']}: not in the catalogue, skipped",
+                flush=True,
+            )
         else:
-            print(f"[{time.perf_counter() - started:6.1f}s] {r['problem']}/{r['solution']} ({r['kind']}): {r['status']} "
-                  f"in {r['seconds']}s: {r['summary']}", flush=True)
+            print(
+                f"[{time.perf_counter() - started:6.1f}s] {r['problem']}/{r['solution']} ({r['kind']}): {r['status']} "
+                f"in {r['seconds']}s: {r['summary']}",
+                flush=True,
+            )
         write()
 
     def write() -> None:
         summary = summarise(rows, len(todo), args.jobs, started)
         Path(args.out).write_text(json.dumps({"summary": summary, "audits": rows}, indent=1, default=str))
 
-    run_jobs(audit_job, [(p, s, e, k, args.device) for p, s, e, k in todo], workers=args.jobs,
-             budget_s=args.budget_s, on_result=record)
+    run_jobs(
+        audit_job,
+        [(p, s, e, k, args.device) for p, s, e, k in todo],
+        workers=args.jobs,
+        budget_s=args.budget_s,
+        on_result=record,
+    )
     print()
     print_table(rows)
     print()

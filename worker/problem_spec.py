@@ -63,11 +63,13 @@ class ProbeSpec(BaseModel):
     noncontiguous: list[str] = Field(default_factory=list, description="inputs passed as non-contiguous views")
     adversarial: bool = False
     advisory: bool = Field(
-        False, description="a finding, not a failure: reported with the verdict, never failing it (a derived plan's "
-        "strided probe: SOL-ExecBench hands kernels contiguous tensors, so a kernel that assumes them keeps its contract)"
+        False,
+        description="a finding, not a failure: reported with the verdict, never failing it (a derived plan's "
+        "strided probe: SOL-ExecBench hands kernels contiguous tensors, so a kernel that assumes them keeps its contract)",
     )
     base_workload: str | None = Field(
-        None, description="uuid of a workload: inputs the probe does not list are made as that workload makes them, at the probe's axes"
+        None,
+        description="uuid of a workload: inputs the probe does not list are made as that workload makes them, at the probe's axes",
     )
 
     def axes_for(self, profile: str) -> dict[str, int]:
@@ -75,8 +77,11 @@ class ProbeSpec(BaseModel):
 
 
 class CanarySpec(BaseModel):
+    """Where the op sits in the canary's model (worker.canary.matching); without it the site is matched from the
+    definition's signature and reference. "none": this op has no canary."""
+
     model_config = ConfigDict(extra="forbid")
-    site: Literal["embedding", "embedding_norm", "norm", "loss"]
+    site: Literal["embedding", "embedding_norm", "norm", "loss", "linear", "glu", "add_norm", "softmax", "rope", "none"]
 
 
 class AuditSpec(BaseModel):
@@ -91,6 +96,7 @@ class AuditSpec(BaseModel):
     canary: CanarySpec | None = None
     timing_workload: str | None = Field(None, description="uuid of the workload timed (default: the largest)")
     jitter_axes: bool = Field(
-        True, description="draw each probe's var axes per audit within +-25% of the stated ones, keeping the power of "
+        True,
+        description="draw each probe's var axes per audit within +-25% of the stated ones, keeping the power of "
         "two that divides each (up to 16), so that no kernel can be exact only on known shapes",
     )

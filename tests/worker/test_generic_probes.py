@@ -35,14 +35,28 @@ def test_plan_reads_the_reduction_axis_and_draws_axes_per_seed() -> None:
     assert a.structure.outputs["probs"].coupled == ["cols"]
     assert a.spec.budgets["probs"].group_dims == [0]  # one group per row, the axis softmax reduces over inside it
     names = [p.name for p in a.spec.probes]
-    assert {"workload_like", "scale_0.0001:logits", "scale_1000:logits", "odd_shape", "strided", "long_reduction:cols"} <= set(names)
+    assert {
+        "workload_like",
+        "scale_0.0001:logits",
+        "scale_1000:logits",
+        "odd_shape",
+        "strided",
+        "long_reduction:cols",
+    } <= set(names)
     assert any("no integer input" in s for s in a.skipped)
     odd = next(p for p in a.spec.probes if p.name == "odd_shape")
     assert all(v % 2 == 1 for v in odd.axes.values())
     # the axes come from the seed: the same seed draws the same, other seeds draw others
     again = derive_plan(TINY.definition, TINY.workloads("cpu"), "cpu", seed=1, reference=Reference.of(TINY.definition))
     assert [p.axes for p in again.spec.probes] == [p.axes for p in a.spec.probes]
-    others = {tuple(sorted(p.axes.items())) for s in range(2, 9) for p in derive_plan(TINY.definition, TINY.workloads("cpu"), "cpu", s, Reference.of(TINY.definition)).spec.probes if p.name == "workload_like"}
+    others = {
+        tuple(sorted(p.axes.items()))
+        for s in range(2, 9)
+        for p in derive_plan(
+            TINY.definition, TINY.workloads("cpu"), "cpu", s, Reference.of(TINY.definition)
+        ).spec.probes
+        if p.name == "workload_like"
+    }
     assert len(others) > 1
 
 
@@ -52,7 +66,9 @@ def test_benchmark_rule_passes_the_known_bad_kernel_on_its_workloads() -> None:
         sb.load(TINY.example_solution("exp_no_max"))
         for i, w in enumerate(TINY.workloads("cpu")):
             case = build_case(TINY.definition, reference, w, seed=100 + i)
-            reply = sb.request("call", {"args": case.args(TINY.definition), "outputs": case.output_specs(TINY.definition)})
+            reply = sb.request(
+                "call", {"args": case.args(TINY.definition), "outputs": case.output_specs(TINY.definition)}
+            )
             ref = reference.run(case.args(TINY.definition))[0]
             assert compare_output("probs", reply["outputs"][0], ref, to_torch("bfloat16"), TINY.spec.tolerance).ok
 
@@ -112,7 +128,9 @@ def test_canary_says_no_canary_for_an_op_that_fits_no_site() -> None:
     from worker.stages import canary as canary_stage
     from worker.stages.result import AuditReport, Verdict
 
-    ctx = AuditContext(problem=TINY, solution=TINY.example_solution("stable"), seed=1)
+    # the fixture's softmax fits the canary's softmax site (worker.canary.matching); a cumulative sum fits none
+    cumsum = load_catalogue().get("cumsum")
+    ctx = AuditContext(problem=cumsum.as_uncurated(), solution=cumsum.example_solution("pytorch_fp32"), seed=1)
     result = canary_stage.run(ctx)
     assert result.status is StageStatus.skipped and result.summary.startswith("no canary for this op")
     assert AuditReport.verdict_of([result]) is Verdict.pass_  # it does not count against the kernel

@@ -12,10 +12,22 @@ from typing import Any, Literal
 import torch
 from pydantic import BaseModel, ConfigDict
 
+from worker.canary.ops import Act, RopeLayout
 from worker.formats import Definition
 from worker.numerics.dtypes import to_torch
 
-Site = Literal["embedding", "embedding_norm", "norm", "loss"]
+Site = Literal["embedding", "embedding_norm", "norm", "loss", "linear", "glu", "add_norm", "softmax", "rope"]
+SITES: tuple[Site, ...] = (
+    "embedding",
+    "embedding_norm",
+    "norm",
+    "loss",
+    "linear",
+    "glu",
+    "add_norm",
+    "softmax",
+    "rope",
+)
 
 # args in the definition's input order, output specs ({shape, dtype}) in its output order -> outputs
 Kernel = Callable[[list[Any], list[dict[str, Any]]], list[torch.Tensor]]
@@ -33,6 +45,18 @@ class IOSpec(BaseModel):
     dtype: str
 
 
+class SiteOptions(BaseModel):
+    """How a definition's op is laid out where the signature alone does not say (worker.canary.matching settles
+    these by running the reference); the defaults are what the four original sites assume."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    act: Act = "none"  # a linear's fused activation, or a GLU's gate activation
+    gate_first: bool = True  # a GLU's one [gate | up] tensor (False: [up | gate])
+    rope_layout: RopeLayout = "neox"
+    rope_theta: float | None = None  # a RoPE whose definition fixes its own theta (None: theta is an input)
+    weight_in_out: bool = False  # a linear's weight as [in, out] (y = x @ W) instead of [out, in]
+
+
 class OpBinding(BaseModel):
     """Serialisable (crosses into the child): the site and the role of every input and output."""
 
@@ -41,6 +65,7 @@ class OpBinding(BaseModel):
     definition: str
     inputs: list[IOSpec]
     outputs: list[IOSpec]
+    options: SiteOptions = SiteOptions()
 
     def role_in(self, role: str) -> IOSpec | None:
         return next((s for s in self.inputs if s.role == role), None)
@@ -137,21 +162,43 @@ _REQUIRED: dict[str, tuple[set[str], set[str]]] = {
 }
 
 
-def bind(site: Site, definition: Definition) -> OpBinding:
+def bind(site: Site, definition: Definition, options: SiteOptions | None = None) -> OpBinding:
+    """The definition's arguments at `site`; raises CanaryUnsupported when its signature does not fit there."""
+    if site not in _REQUIRED:
+        # the newer sites bind in their own modules (worker.canary.families), which import this one
+        from worker.canary.families import bind_family
+
+        return bind_family(site, definition, options or SiteOptions())
     ins = [
-        IOSpec(name=k, role=_input_role(site, k, None if v.shape is None else len(v.shape), v.dtype),
-               rank=None if v.shape is None else len(v.shape), dtype=v.dtype)
+        IOSpec(
+            name=k,
+            role=_input_role(site, k, None if v.shape is None else len(v.shape), v.dtype),
+            rank=None if v.shape is None else len(v.shape),
+            dtype=v.dtype,
+        )
         for k, v in definition.inputs.items()
     ]
     outs = [
-        IOSpec(name=k, role=_output_role(site, k, len(v.shape or []), len(definition.outputs)),
-               rank=len(v.shape or []), dtype=v.dtype)
+        IOSpec(
+            name=k,
+            role=_output_role(site, k, len(v.shape or []), len(definition.outputs)),
+            rank=len(v.shape or []),
+            dtype=v.dtype,
+        )
         for k, v in definition.outputs.items()
     ]
     # a 2-D float input indexed by something other than the token axis is the embedding table
-    ids_axis = next((v.shape[0] for v in definition.inputs.values() if v.shape and not to_torch(v.dtype).is_floating_point), None)
-    for i, (k, v) in enumerate(definition.inputs.items()):
-        if ins[i].role == "x" and site in ("embedding", "embedding_norm") and v.shape and ids_axis is not None and v.shape[0] != ids_axis:
+    ids_axis = next(
+        (v.shape[0] for v in definition.inputs.values() if v.shape and not to_torch(v.dtype).is_floating_point), None
+    )
+    for i, (_name, v) in enumerate(definition.inputs.items()):
+        if (
+            ins[i].role == "x"
+            and site in ("embedding", "embedding_norm")
+            and v.shape
+            and ids_axis is not None
+            and v.shape[0] != ids_axis
+        ):
             ins[i] = ins[i].model_copy(update={"role": "table"})
     need_in, need_out = _REQUIRED[site]
     have_in, have_out = {s.role for s in ins}, {s.role for s in outs}

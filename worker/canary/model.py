@@ -1,7 +1,10 @@
-"""A small decoder-only transformer (RMSNorm, causal attention, MLP, untied head).
+"""A small decoder-only transformer (RMSNorm, causal attention, MLP, untied head): its parameters, their initial
+values, and the module that holds them.
 
-Every place an audited op can sit goes through `Ops`: the plain PyTorch ops here are the
-trusted ones (used for held-out evaluation); worker.canary.sites swaps one of them for a kernel.
+Every place an audited op can sit goes through `Ops` (worker.canary.ops): the plain PyTorch ops are the trusted
+ones (used for held-out evaluation); worker.canary.sites swaps one of them for a kernel. Which variant of the model a
+site trains (a gated MLP, RoPE, ...) is its `Arch` (worker.canary.arch); the arithmetic is worker.canary.forward's,
+shared with the stacked training.
 """
 
 from __future__ import annotations
@@ -9,101 +12,105 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-from worker.canary.binding import Site
+from worker.canary.arch import Arch, arch_of
+from worker.canary.binding import OpBinding, Site
+from worker.canary.forward import Decoder
+from worker.canary.ops import Ops, rmsnorm
 from worker.canary.profiles import CanaryProfile
 
+__all__ = ["Ops", "TinyDecoder", "build", "init_state", "param_shapes", "rmsnorm"]
 
-def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    xf = x.float()
-    y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * weight.float()
-    return y.to(x.dtype)
+Shape = tuple[int, ...]
 
 
-class Ops:
-    """The trusted PyTorch ops."""
-
-    def embed(self, ids: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
-        return F.embedding(ids, table)
-
-    def embed_norm(self, ids: torch.Tensor, table: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-        return rmsnorm(F.embedding(ids, table), weight, eps)
-
-    def norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-        return rmsnorm(x, weight, eps)
-
-    def loss(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        return F.cross_entropy(logits.float(), targets)
+def _arch(site: Arch | Site | OpBinding) -> Arch:
+    return site if isinstance(site, Arch) else arch_of(site)
 
 
-class Block(nn.Module):
-    def __init__(self, p: CanaryProfile) -> None:
-        super().__init__()
-        d = p.d_model
-        self.n_heads = p.n_heads
-        self.norm1 = nn.Parameter(torch.ones(d))
-        self.qkv = nn.Linear(d, 3 * d, bias=False)
-        self.proj = nn.Linear(d, d, bias=False)
-        self.norm2 = nn.Parameter(torch.ones(d))
-        self.fc1 = nn.Linear(d, p.d_ff, bias=False)
-        self.fc2 = nn.Linear(p.d_ff, d, bias=False)
+def _block_shapes(p: CanaryProfile, a: Arch) -> list[tuple[str, Shape]]:
+    d, f = p.d_model, p.d_ff
+    dh = d // p.n_heads
+    shapes: list[tuple[str, Shape]] = [
+        ("norm1", (d,)),
+        ("qkv.weight", ((p.n_heads + 2 * p.kv_heads) * dh, d)),
+        ("proj.weight", (d, d)),
+        ("norm2", (d,)),
+    ]
+    if a.mlp == "glu":
+        return [*shapes, ("gate.weight", (f, d)), ("up.weight", (f, d)), ("fc2.weight", (d, f))]
+    shapes.append(("fc1.weight", (f, d)))
+    if a.mlp_bias:
+        shapes.append(("fc1.bias", (f,)))
+    shapes.append(("fc2.weight", (d, f)))
+    if a.mlp_bias:
+        shapes.append(("fc2.bias", (d,)))
+    return shapes
 
-    def forward(self, h: torch.Tensor, ops: Ops, eps: float) -> torch.Tensor:
-        b, t, d = h.shape
-        q, k, v = self.qkv(ops.norm(h, self.norm1, eps)).split(d, dim=-1)
-        q, k, v = (z.view(b, t, self.n_heads, d // self.n_heads).transpose(1, 2) for z in (q, k, v))
-        a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        h = h + self.proj(a.transpose(1, 2).reshape(b, t, d))
-        return h + self.fc2(F.gelu(self.fc1(ops.norm(h, self.norm2, eps))))
+
+def param_shapes(p: CanaryProfile, site: Arch | Site | OpBinding) -> list[tuple[str, Shape]]:
+    """Every parameter's name and shape, in the order the module lists them (gradient clipping sums in it)."""
+    a = _arch(site)
+    out: list[tuple[str, Shape]] = [("tok_emb", (p.vocab_size, p.d_model))]
+    if a.emb_norm:  # the fused embedding+RMSNorm site needs a norm right after the embedding
+        out.append(("emb_norm", (p.d_model,)))
+    if not a.post_norm:
+        out.append(("final_norm", (p.d_model,)))
+    for i in range(p.n_layers):
+        out += [(f"blocks.{i}.{name}", shape) for name, shape in _block_shapes(p, a)]
+    return [*out, ("head.weight", (p.vocab_size, p.d_model))]
 
 
 class TinyDecoder(nn.Module):
-    def __init__(self, p: CanaryProfile, site: Site) -> None:
+    """The parameters, as a module (state_dict, optimisers, clipping); forward is worker.canary.forward's with K = 1."""
+
+    def __init__(self, p: CanaryProfile, site: Arch | Site | OpBinding) -> None:
         super().__init__()
-        self.eps = p.norm_eps
-        self.site = site
-        self.tok_emb = nn.Parameter(torch.empty(p.vocab_size, p.d_model))
-        # the fused embedding+RMSNorm site needs a norm right after the embedding
-        self.emb_norm = nn.Parameter(torch.ones(p.d_model)) if site == "embedding_norm" else None
-        self.blocks = nn.ModuleList(Block(p) for _ in range(p.n_layers))
-        self.final_norm = nn.Parameter(torch.ones(p.d_model))
-        self.head = nn.Linear(p.d_model, p.vocab_size, bias=False)
+        self.p, self.arch = p, _arch(site)
+        for name, shape in param_shapes(p, self.arch):
+            *path, leaf = name.split(".")
+            owner: nn.Module = self
+            for part in path:
+                if part not in owner._modules:
+                    owner.add_module(part, nn.Module())
+                owner = owner._modules[part]  # type: ignore[assignment]
+            owner.register_parameter(leaf, nn.Parameter(torch.empty(shape)))
+
+    def _decoder(self, ops: Ops) -> Decoder:
+        return Decoder(self.p, self.arch, [ops], {name: t.unsqueeze(0) for name, t in self.named_parameters()})
 
     def forward(self, ids: torch.Tensor, ops: Ops) -> torch.Tensor:
-        if self.emb_norm is not None:
-            h = ops.embed_norm(ids, self.tok_emb, self.emb_norm, self.eps)
-        else:
-            h = ops.embed(ids, self.tok_emb)
-        for blk in self.blocks:
-            h = blk(h, ops, self.eps)
-        return self.head(ops.norm(h, self.final_norm, self.eps))
+        return self._decoder(ops).logits(ids)[0]
 
     def loss(self, seq: torch.Tensor, ops: Ops) -> torch.Tensor:
         """seq: [batch, T+1] token ids; next-token cross entropy over T positions."""
-        ids, targets = seq[:, :-1], seq[:, 1:]
-        logits = self(ids, ops)
-        return ops.loss(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+        return self._decoder(ops).losses(seq)[0]
 
 
-def init_state(p: CanaryProfile, site: Site, seed: int) -> dict[str, torch.Tensor]:
+def init_state(p: CanaryProfile, site: Arch | Site | OpBinding, seed: int) -> dict[str, torch.Tensor]:
     """Deterministic initial weights (drawn on the CPU, so every device starts from the same bits)."""
     gen = torch.Generator().manual_seed(seed)
-    model = TinyDecoder(p, site)
     state: dict[str, torch.Tensor] = {}
-    for name, t in model.state_dict().items():
-        if t.dim() == 1:
-            state[name] = torch.ones_like(t)
+    for name, shape in param_shapes(p, site):
+        if len(shape) == 1:  # norm weights start at one, biases at zero
+            state[name] = torch.zeros(shape) if name.endswith(".bias") else torch.ones(shape)
         elif name == "tok_emb":
-            state[name] = torch.randn(t.shape, generator=gen) * 0.02
+            state[name] = torch.randn(shape, generator=gen) * 0.02
         else:
             std = 0.02 / math.sqrt(2 * p.n_layers) if name.endswith(("proj.weight", "fc2.weight")) else 0.02
-            state[name] = torch.randn(t.shape, generator=gen) * std
-    return state
+            state[name] = torch.randn(shape, generator=gen) * std
+    return {name: state[name] for name, _ in _module_order(p, site)}
 
 
-def build(p: CanaryProfile, site: Site, state: dict[str, torch.Tensor], device: torch.device | str) -> TinyDecoder:
+def _module_order(p: CanaryProfile, site: Arch | Site | OpBinding) -> list[tuple[str, Shape]]:
+    with torch.device("meta"):
+        return [(name, tuple(t.shape)) for name, t in TinyDecoder(p, site).state_dict().items()]
+
+
+def build(
+    p: CanaryProfile, site: Arch | Site | OpBinding, state: dict[str, torch.Tensor], device: torch.device | str
+) -> TinyDecoder:
     """The model with exactly these weights on `device`. Made on the meta device and then given the weights: its own
     random initialisation (11M parameters on the CPU for the GPU profile) would be thrown away, and a held-out
     evaluation builds one model per checkpoint and run."""

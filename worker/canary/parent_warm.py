@@ -11,7 +11,8 @@ import time
 
 import torch
 
-from worker.canary.binding import CanaryUnsupported, bind
+from worker.canary.binding import CanaryUnsupported
+from worker.canary.matching import site_for
 from worker.canary.model import init_state
 from worker.canary.profiles import CanaryProfile, profile_for
 from worker.canary.stacked import parent_thread, train_stacked
@@ -21,7 +22,8 @@ from worker.reference import Reference
 
 
 def warm_parent(device: torch.device, catalogue: Catalogue, steps: int = 2) -> dict[str, float]:
-    """The audit worker's side of the canary, once per site that a trusted catalogue problem places its op at:
+    """The audit worker's side of the canary, once per site that a trusted catalogue problem places its op at
+    (named in its audit.json or matched from its signature, worker.canary.matching):
     `steps` stacked steps of the problem's reference with each optimiser, and one held-out evaluation.
 
     Measured on the H200 (2026-12-03, benchmarks/results/h200-2026-12-03/session10): the parent's first canary in a
@@ -41,21 +43,36 @@ def warm_parent(device: torch.device, catalogue: Catalogue, steps: int = 2) -> d
     return took
 
 
-def _warm_sites(p: CanaryProfile, device: torch.device, catalogue: Catalogue, steps: int, took: dict[str, float]) -> None:
-    batches = torch.randint(0, p.vocab_size, (steps, p.batch_size, p.seq_len + 1))
-    held = torch.randint(0, p.vocab_size, (2, p.seq_len + 1))
+def _warm_sites(
+    p: CanaryProfile, device: torch.device, catalogue: Catalogue, steps: int, took: dict[str, float]
+) -> None:
     for problem in catalogue:
-        spec = problem.spec.canary
-        if spec is None or spec.site in took or not problem.reference_trusted:
+        if not problem.reference_trusted:
             continue
+        spec = problem.spec.canary
+        ref_fn = Reference.of(problem.definition).run_fn
         try:
-            binding = bind(spec.site, problem.definition)
+            found = site_for(problem.definition, spec.site if spec is not None else None, ref_fn, p)
         except CanaryUnsupported:
             continue
+        binding = found.binding
+        if binding is None or binding.site in took:
+            continue
         t0 = time.perf_counter()
-        ref = reference_kernel(Reference.of(problem.definition).run_fn)
-        init = init_state(p, binding.site, 0)
-        with parent_thread(device, p.threads):
-            outs = train_stacked(p, binding, [ref] * len(p.optimizers), init, batches, list(p.optimizers), device, (steps,))
-            heldout_loss(p, binding.site, outs[0].checkpoints[steps], held, device)
-        took[spec.site] = round(time.perf_counter() - t0, 2)
+        q = found.profile  # at the definition's constant sizes
+        batches = torch.randint(0, q.vocab_size, (steps, q.batch_size, q.seq_len + 1))
+        held = torch.randint(0, q.vocab_size, (2, q.seq_len + 1))
+        init = init_state(q, binding, 0)
+        with parent_thread(device, q.threads):
+            outs = train_stacked(
+                q,
+                binding,
+                [reference_kernel(ref_fn)] * len(q.optimizers),
+                init,
+                batches,
+                list(q.optimizers),
+                device,
+                (steps,),
+            )
+            heldout_loss(q, binding, outs[0].checkpoints[steps], held, device)
+        took[binding.site] = round(time.perf_counter() - t0, 2)

@@ -18,7 +18,17 @@ class CanaryProfile(BaseModel):
     n_layers: int
     n_heads: int
     d_ff: int
+    n_kv_heads: int | None = Field(
+        None, description="key/value heads where fewer than n_heads (grouped-query attention)"
+    )
     norm_eps: float = 1e-6
+    rope_theta: float = 10000.0
+    rope_max_position: int = Field(65536, description="the RoPE site's sequences start at offsets spread up to here")
+    max_params: int = Field(
+        4_000_000,
+        description="the largest model a definition's constant axes may ask for: "
+        "a canary past it is skipped, with the reason",
+    )
     # data
     seq_len: int
     batch_size: int
@@ -33,24 +43,45 @@ class CanaryProfile(BaseModel):
     grad_clip: float = 1.0
     optimizers: tuple[Optimizer, ...] = ("sgd", "adamw")
     # evidence
-    checkpoints: tuple[int, ...] = Field(description="steps after which weights are kept and evaluated on held-out text")
-    fidelity_steps: tuple[int, ...] = Field(description="steps of the reference SGD run where the op's gradient is checked vs fp64")
+    checkpoints: tuple[int, ...] = Field(
+        description="steps after which weights are kept and evaluated on held-out text"
+    )
+    fidelity_steps: tuple[int, ...] = Field(
+        description="steps of the reference SGD run where the op's gradient is checked vs fp64"
+    )
     fidelity_calls_per_step: int = 2
     # noise floor
-    perturbed_runs: int = Field(description="reference runs with the op output moved by 1 ulp on a random half of elements, per optimiser")
-    repeat_runs: int = Field(description="plain reruns of the reference, per optimiser (GPU atomics are not deterministic)")
+    perturbed_runs: int = Field(
+        description="reference runs with the op output moved by 1 ulp on a random half of elements, per optimiser"
+    )
+    repeat_runs: int = Field(
+        description="plain reruns of the reference, per optimiser (GPU atomics are not deterministic)"
+    )
     # rule
     band_factor: float = Field(3.0, description="a loss gap fails above band_factor x the largest null gap ...")
     loss_floor: float = Field(description="... and above this many nats, whichever is larger")
     autocast_bf16: bool = False
-    threads: int | None = Field(None, description="torch intra-op threads for every run (None: leave as is); 1 avoids spin-wait contention on shared CPUs")
+    threads: int | None = Field(
+        None,
+        description="torch intra-op threads for every run (None: leave as is); 1 avoids spin-wait contention on shared CPUs",
+    )
     child_timeout_s: float = 300.0
-    lazy_nulls: bool = Field(False, description="train the null runs only when the rule needs them: a mean held-out gap "
-                             "at or below loss_floor passes whatever the nulls say (the threshold is never below the floor), "
-                             "so the nulls are trained after the submission's runs, and only where a gap exceeds the floor")
-    seed_pool: int | None = Field(None, description="canary seeds drawn from this many fixed ones, so that the parent's "
-                                  "runs repeat and are read from disk (worker.canary.parent_cache); None: a fresh seed "
-                                  "per audit, nothing cached")
+    lazy_nulls: bool = Field(
+        False,
+        description="train the null runs only when the rule needs them: a mean held-out gap "
+        "at or below loss_floor passes whatever the nulls say (the threshold is never below the floor), "
+        "so the nulls are trained after the submission's runs, and only where a gap exceeds the floor",
+    )
+    seed_pool: int | None = Field(
+        None,
+        description="canary seeds drawn from this many fixed ones, so that the parent's "
+        "runs repeat and are read from disk (worker.canary.parent_cache); None: a fresh seed "
+        "per audit, nothing cached",
+    )
+
+    @property
+    def kv_heads(self) -> int:
+        return self.n_kv_heads or self.n_heads
 
 
 CPU = CanaryProfile(
@@ -80,6 +111,9 @@ CPU = CanaryProfile(
     # the parent trained four runs to the submission's two; without the nulls the two processes train two each, side
     # by side on the two cores. A correct kernel's gap is ~0, so the nulls are trained only for a gap over the floor
     lazy_nulls=True,
+    # a definition's constant axes may widen the model (worker.canary.sizing): the default model has 0.36M parameters;
+    # past 1.5M a CPU canary's runs no longer fit its training limit
+    max_params=1_500_000,
 )
 
 GPU = CanaryProfile(
@@ -108,6 +142,7 @@ GPU = CanaryProfile(
     # entry holds SGD's weights at two fidelity steps, about 92 MB), and the nulls train only for a gap over the floor
     seed_pool=4,
     lazy_nulls=True,
+    max_params=600_000_000,
 )
 
 PROFILES: dict[str, CanaryProfile] = {"cpu": CPU, "gpu": GPU}

@@ -2,6 +2,7 @@
 
 The forward/backward around the kernel is trusted code; only the op itself is the kernel's.
 A kernel takes (args in definition input order, output specs) and returns outputs in order.
+The four original sites' autograd Functions are here; the newer ones are in worker.canary.families.
 """
 
 from __future__ import annotations
@@ -12,7 +13,9 @@ import torch
 import torch.nn.functional as F
 
 from worker.canary.binding import Kernel, OpBinding
-from worker.canary.model import Ops, rmsnorm
+from worker.canary.families import add_norm, glu, linear, rope, softmax
+from worker.canary.kernel_call import call as _call
+from worker.canary.ops import Act, Ops, RopeLayout, rmsnorm
 
 
 def _rstd(x: torch.Tensor, eps: float) -> torch.Tensor:
@@ -22,16 +25,6 @@ def _rstd(x: torch.Tensor, eps: float) -> torch.Tensor:
 def _rstd_for(b: OpBinding, rstd: torch.Tensor) -> torch.Tensor:
     spec = b.role_in("rstd")
     return rstd.unsqueeze(-1) if spec is not None and spec.rank == 2 else rstd
-
-
-def _call(b: OpBinding, kernel: Kernel, values: dict[str, Any], shapes: dict[str, tuple[int, ...]]) -> dict[str, torch.Tensor]:
-    outs = kernel(b.args(values), b.out_specs(shapes))
-    got = b.outputs_by_role(outs)
-    for spec, o in zip(b.outputs, outs):
-        want = tuple(shapes[spec.role])
-        if tuple(o.shape) != want and o.numel() != int(torch.Size(want).numel()):
-            raise ValueError(f"output '{spec.name}' has shape {tuple(o.shape)}, expected {want}")
-    return {k: v.reshape(shapes[k]) for k, v in got.items()}
 
 
 class _Embedding(torch.autograd.Function):
@@ -46,7 +39,8 @@ class _Embedding(torch.autograd.Function):
         (ids,) = ctx.saved_tensors
         v, h = ctx.table_shape
         got = _call(
-            ctx.b, ctx.kernel,
+            ctx.b,
+            ctx.kernel,
             {"ids": ids.reshape(-1), "grad_output": g.reshape(-1, h), "num_embeddings": v, "padding_idx": -1},
             {"grad_table": (v, h)},
         )
@@ -55,7 +49,9 @@ class _Embedding(torch.autograd.Function):
 
 class _EmbeddingNorm(torch.autograd.Function):
     @staticmethod
-    def forward(ctx: Any, ids: torch.Tensor, table: torch.Tensor, w: torch.Tensor, eps: float, b: OpBinding, kernel: Kernel) -> torch.Tensor:  # type: ignore[override]
+    def forward(
+        ctx: Any, ids: torch.Tensor, table: torch.Tensor, w: torch.Tensor, eps: float, b: OpBinding, kernel: Kernel
+    ) -> torch.Tensor:  # type: ignore[override]
         x = F.embedding(ids, table)
         ctx.save_for_backward(ids, x, w)
         ctx.b, ctx.kernel, ctx.eps, ctx.table_shape, ctx.table_dtype = b, kernel, eps, tuple(table.shape), table.dtype
@@ -69,9 +65,19 @@ class _EmbeddingNorm(torch.autograd.Function):
         x2 = x.reshape(-1, h)
         shapes = {"grad_table": (v, h), "grad_norm_weight": (h,)}
         got = _call(
-            ctx.b, ctx.kernel,
-            {"ids": ids.reshape(-1), "grad_output": g.reshape(-1, h), "x": x2, "table": ctx.table, "norm_weight": w,
-             "rstd": _rstd_for(ctx.b, _rstd(x2, ctx.eps)), "eps": ctx.eps, "num_embeddings": v, "padding_idx": -1},
+            ctx.b,
+            ctx.kernel,
+            {
+                "ids": ids.reshape(-1),
+                "grad_output": g.reshape(-1, h),
+                "x": x2,
+                "table": ctx.table,
+                "norm_weight": w,
+                "rstd": _rstd_for(ctx.b, _rstd(x2, ctx.eps)),
+                "eps": ctx.eps,
+                "num_embeddings": v,
+                "padding_idx": -1,
+            },
             {k: s for k, s in shapes.items() if ctx.b.role_out(k) is not None},
         )
         gw = got.get("grad_norm_weight")
@@ -92,7 +98,12 @@ class _Norm(torch.autograd.Function):
         h = x.shape[-1]
         x2 = x.reshape(-1, h)
         shapes = {"y": tuple(x2.shape), "rstd": tuple(_rstd_for(b, _rstd(x2, eps)).shape)}
-        got = _call(b, kernel, {"x": x2, "norm_weight": w, "eps": eps}, {k: s for k, s in shapes.items() if b.role_out(k) is not None})
+        got = _call(
+            b,
+            kernel,
+            {"x": x2, "norm_weight": w, "eps": eps},
+            {k: s for k, s in shapes.items() if b.role_out(k) is not None},
+        )
         return got["y"].reshape(x.shape).to(x.dtype)
 
     @staticmethod
@@ -108,8 +119,15 @@ class _Norm(torch.autograd.Function):
         x2 = x.reshape(-1, h)
         shapes = {"grad_x": tuple(x2.shape), "grad_norm_weight": (h,)}
         got = _call(
-            b, ctx.kernel,
-            {"grad_output": g.reshape(-1, h), "x": x2, "norm_weight": w, "rstd": _rstd_for(b, _rstd(x2, ctx.eps)), "eps": ctx.eps},
+            b,
+            ctx.kernel,
+            {
+                "grad_output": g.reshape(-1, h),
+                "x": x2,
+                "norm_weight": w,
+                "rstd": _rstd_for(b, _rstd(x2, ctx.eps)),
+                "eps": ctx.eps,
+            },
             {k: s for k, s in shapes.items() if b.role_out(k) is not None},
         )
         gw = got.get("grad_norm_weight")
@@ -134,7 +152,12 @@ class _Loss(torch.autograd.Function):
         shapes: dict[str, tuple[int, ...]] = {"grad_logits": (n, v)}
         if loss_spec is not None:
             shapes["loss"] = () if loss_spec.rank == 0 else (n,)
-        got = _call(b, kernel, {"logits": logits, "targets": targets, "ignore_index": -100}, {k: s for k, s in shapes.items() if b.role_out(k) is not None})
+        got = _call(
+            b,
+            kernel,
+            {"logits": logits, "targets": targets, "ignore_index": -100},
+            {k: s for k, s in shapes.items() if b.role_out(k) is not None},
+        )
         ctx.save_for_backward(logits, targets)
         ctx.grad = got.get("grad_logits")
         if ctx.grad is not None and loss_spec is not None and loss_spec.rank == 1:
@@ -180,3 +203,32 @@ class KernelOps(Ops):
         if self.b.site == "loss":
             return _Loss.apply(logits, targets, self.b, self.kernel)  # type: ignore[no-any-return]
         return super().loss(logits, targets)
+
+    def linear(self, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, act: Act) -> torch.Tensor:
+        if self.b.site == "linear":
+            return linear.apply(self.b, self.kernel, x, w, b, act)
+        return super().linear(x, w, b, act)
+
+    def glu(self, x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, act: Act) -> torch.Tensor:
+        if self.b.site == "glu":
+            return glu.apply(self.b, self.kernel, x, w_gate, w_up, act)
+        return super().glu(x, w_gate, w_up, act)
+
+    def add_norm(
+        self, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.b.site == "add_norm":
+            return add_norm.apply(self.b, self.kernel, x, residual, weight, eps)
+        return super().add_norm(x, residual, weight, eps)
+
+    def softmax(self, scores: torch.Tensor) -> torch.Tensor:
+        if self.b.site == "softmax":
+            return softmax.apply(self.b, self.kernel, scores)
+        return super().softmax(scores)
+
+    def rope(
+        self, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor, theta: float, layout: RopeLayout
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.b.site == "rope":
+            return rope.apply(self.b, self.kernel, q, k, positions, theta)
+        return super().rope(q, k, positions, theta, layout)

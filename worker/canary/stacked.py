@@ -1,13 +1,12 @@
 """Several training runs of the canary's model at once: weights stacked on a leading member axis [K, ...].
 
 Every member starts from the same weights and sees the same batches; only the kernel at the site
-differs (the reference, its reruns, the reference moved by one ulp). The trusted parts of the model
-run once for all members (batched matmuls, one attention call over K x batch), the op at the site is
-called once per member, and each member keeps its own arithmetic: its own loss, its own gradient
-clipping, elementwise optimiser updates. On the CPU a member's losses and weights equal those of
-worker.canary.train.train for the same kernel (bit for bit at all four sites when measured with torch 2.13;
-tests/worker/test_canary_stacked.py allows 1e-6); on a GPU, batched and single matmuls may round
-differently, which is noise of the kind the null runs measure.
+differs (the reference, its reruns, the reference moved by one ulp). The model's arithmetic is
+worker.canary.forward's: the trusted parts run once for all members (batched matmuls, one attention call over
+K x batch), the op at the site is called once per member, and each member keeps its own arithmetic: its own loss,
+its own gradient clipping, elementwise optimiser updates. On the CPU a member's losses and weights equal those of
+worker.canary.train.train for the same kernel (tests/worker/test_canary_stacked.py allows 1e-6); on a GPU,
+batched and single matmuls may round differently, which is noise of the kind the null runs measure.
 """
 
 from __future__ import annotations
@@ -17,12 +16,14 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 
 import torch
-import torch.nn.functional as F
 
+from worker.canary.arch import arch_of
 from worker.canary.binding import Kernel, OpBinding
-from worker.canary.model import Ops, build, rmsnorm
+from worker.canary.forward import Decoder
+from worker.canary.model import build
 from worker.canary.profiles import CanaryProfile, Optimizer
 from worker.canary.sites import KernelOps
 from worker.canary.train import State, TrainOutput, make_optimizer
@@ -34,55 +35,9 @@ class CanaryStopped(RuntimeError):
     """The stage that started this training is unwinding; the result would not be used."""
 
 
-def _linear(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    """x [K, ..., in] times w [K, out, in] transposed, per member (one batched matmul)."""
-    k = x.shape[0]
-    y = torch.matmul(x.reshape(k, -1, x.shape[-1]), w.transpose(1, 2))
-    return y.reshape(*x.shape[:-1], w.shape[1])
-
-
-class StackedDecoder:
-    """worker.canary.model.TinyDecoder with K members; `ops[k]` is member k's ops (site kernel or trusted)."""
-
-    def __init__(self, p: CanaryProfile, binding: OpBinding, ops: Sequence[Ops], params: Params) -> None:
-        self.p, self.site, self.ops, self.P = p, binding.site, list(ops), params
-        self.k = len(self.ops)
-
-    def _norm(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-        if self.site == "norm":  # the kernel's op: one call per member
-            return torch.stack([o.norm(xk, wk, self.p.norm_eps) for o, xk, wk in zip(self.ops, x.unbind(0), w.unbind(0))])
-        return rmsnorm(x, w[:, None, None, :], self.p.norm_eps)
-
-    def _block(self, i: int, h: torch.Tensor) -> torch.Tensor:
-        P, pre = self.P, f"blocks.{i}."
-        k, b, t, d = h.shape
-        heads = self.p.n_heads
-        q, kk, v = _linear(self._norm(h, P[pre + "norm1"]), P[pre + "qkv.weight"]).split(d, dim=-1)
-        q, kk, v = (z.reshape(k * b, t, heads, d // heads).transpose(1, 2) for z in (q, kk, v))
-        a = F.scaled_dot_product_attention(q, kk, v, is_causal=True)
-        h = h + _linear(a.transpose(1, 2).reshape(k, b, t, d), P[pre + "proj.weight"])
-        return h + _linear(F.gelu(_linear(self._norm(h, P[pre + "norm2"]), P[pre + "fc1.weight"])), P[pre + "fc2.weight"])
-
-    def losses(self, seq: torch.Tensor) -> torch.Tensor:
-        """seq: [batch, T+1] token ids, the same for every member; [K] next-token losses."""
-        ids, targets = seq[:, :-1], seq[:, 1:]
-        P, eps = self.P, self.p.norm_eps
-        tables = P["tok_emb"].unbind(0)
-        if self.site == "embedding_norm":
-            ws = P["emb_norm"].unbind(0)
-            h = torch.stack([o.embed_norm(ids, tb, w, eps) for o, tb, w in zip(self.ops, tables, ws)])
-        else:
-            h = torch.stack([o.embed(ids, tb) for o, tb in zip(self.ops, tables)])
-        for i in range(self.p.n_layers):
-            h = self._block(i, h)
-        logits = _linear(self._norm(h, P["final_norm"]), P["head.weight"])
-        flat = targets.reshape(-1)
-        return torch.stack([o.loss(lg.reshape(-1, lg.shape[-1]), flat) for o, lg in zip(self.ops, logits.unbind(0))])
-
-
 def stack_params(p: CanaryProfile, binding: OpBinding, init: State, k: int, device: torch.device) -> Params:
     """K copies of `init`, in the single model's parameter order (which gradient clipping sums in)."""
-    single = build(p, binding.site, init, "cpu")  # validates names and shapes
+    single = build(p, binding, init, "cpu")  # validates names and shapes
     return {
         name: torch.nn.Parameter(torch.stack([t.detach().float()] * k).to(device).contiguous())
         for name, t in single.named_parameters()
@@ -94,9 +49,9 @@ def clip_per_member(params: Sequence[torch.Tensor], max_norm: float, k: int) -> 
     grads = [q.grad for q in params if q.grad is not None]
     if not grads:
         return
-    totals = torch.stack([
-        torch.linalg.vector_norm(torch.stack(torch._foreach_norm([g[m] for g in grads], 2.0)), 2.0) for m in range(k)
-    ])
+    totals = torch.stack(
+        [torch.linalg.vector_norm(torch.stack(torch._foreach_norm([g[m] for g in grads], 2.0)), 2.0) for m in range(k)]
+    )
     coef = torch.clamp(max_norm / (totals + 1e-6), max=1.0)
     for g in grads:
         g.mul_(coef.view(k, *([1] * (g.dim() - 1))))
@@ -114,6 +69,96 @@ def _groups(opts: Sequence[Optimizer]) -> list[tuple[Optimizer, list[int]]]:
     for m, o in enumerate(opts):
         out.setdefault(o, []).append(m)
     return list(out.items())
+
+
+@dataclass
+class _Stack:
+    """The members' weights, stacked per optimiser (one tensor per parameter and optimiser), and the optimisers."""
+
+    p: CanaryProfile
+    groups: list[tuple[Optimizer, list[int]]]
+    params: list[Params]
+    optims: list[torch.optim.Optimizer]
+    keep_on_device: bool
+
+    @classmethod
+    def of(
+        cls,
+        p: CanaryProfile,
+        binding: OpBinding,
+        init: State,
+        opts: list[Optimizer],
+        device: torch.device,
+        keep_on_device: bool,
+    ) -> _Stack:
+        groups = _groups(opts)
+        params = [stack_params(p, binding, init, len(members), device) for _, members in groups]
+        optims = [make_optimizer(p, o, list(gp.values())) for (o, _), gp in zip(groups, params)]
+        return cls(p, groups, params, optims, keep_on_device)
+
+    @property
+    def order(self) -> list[int]:
+        """Stacked position -> member."""
+        return [m for _, members in self.groups for m in members]
+
+    def joined(self) -> Params:
+        """Every member's weights in stacked order: what the model sees."""
+        if len(self.params) == 1:
+            return self.params[0]
+        return {name: torch.cat([gp[name] for gp in self.params]) for name in self.params[0]}  # type: ignore[misc]
+
+    def member_state(self, m: int) -> State:
+        for (_, members), gp in zip(self.groups, self.params):
+            if m in members:
+                return _member_state(gp, members.index(m), self.keep_on_device)
+        raise KeyError(m)
+
+    def update(self, losses: torch.Tensor) -> None:
+        """One optimiser step of every member, each from its own loss, clipped per member."""
+        for o in self.optims:
+            o.zero_grad(set_to_none=True)
+        losses.sum().backward()  # members share no weights: each gets exactly its own loss's gradient
+        if self.p.grad_clip > 0:
+            for (_, members), gp in zip(self.groups, self.params):
+                clip_per_member(list(gp.values()), self.p.grad_clip, len(members))
+        for o in self.optims:
+            o.step()
+
+
+@dataclass
+class _Runs:
+    """Each member's losses and checkpoints so far; a member whose loss is no longer finite stops being recorded."""
+
+    outs: list[TrainOutput]
+    keep: set[int]
+    live: list[int] = field(default_factory=list)
+    pending: list[torch.Tensor] = field(default_factory=list)  # losses stay on the device until a sync point
+
+    def checkpoint(self, step: int, stack: _Stack) -> None:
+        for m in self.live:
+            self.outs[m].checkpoints[step] = stack.member_state(m)
+
+    def flush(self, step: int, stack: _Stack) -> None:
+        history = torch.stack(self.pending).cpu()
+        self.pending.clear()
+        order = stack.order
+        for m in list(self.live):
+            self.outs[m].losses.extend(history[:, order.index(m)].tolist())
+            if not math.isfinite(self.outs[m].losses[-1]):  # diverged: every later checkpoint is these weights
+                snap = stack.member_state(m)
+                for s in self.keep:
+                    if s > step:
+                        self.outs[m].checkpoints[s] = snap
+                self.live.remove(m)
+
+
+def _before_step(
+    step: int, steps: int, stop: threading.Event | None, widen: tuple[threading.Event, int] | None
+) -> None:
+    if stop is not None and stop.is_set():
+        raise CanaryStopped(f"stopped at step {step} of {steps}")
+    if widen is not None and widen[0].is_set() and torch.get_num_threads() < widen[1]:
+        torch.set_num_threads(widen[1])  # OpenMP's count is per thread: set here, in the training thread
 
 
 def train_stacked(
@@ -146,71 +191,37 @@ def train_stacked(
     k = len(kernels)
     if k == 0:
         return []
-    opts = [opt] * k if isinstance(opt, str) else list(opt)
+    opts: list[Optimizer] = [opt] * k if isinstance(opt, str) else list(opt)
     if len(opts) != k:
         raise ValueError(f"{k} kernels but {len(opts)} optimisers")
-    groups = _groups(opts)
-    order = [m for _, members in groups for m in members]  # stacked position -> member
-    group_params = [stack_params(p, binding, init, len(members), device) for _, members in groups]
-    optims = [make_optimizer(p, o, list(gp.values())) for (o, _), gp in zip(groups, group_params)]
-    ops = [KernelOps(binding, kernels[m]) for m in order]
-
-    def joined() -> Params:
-        if len(group_params) == 1:
-            return group_params[0]
-        return {name: torch.cat([gp[name] for gp in group_params]) for name in group_params[0]}  # type: ignore[misc]
-
-    def member_state(m: int) -> State:
-        for (_, members), gp in zip(groups, group_params):
-            if m in members:
-                return _member_state(gp, members.index(m), keep_on_device)
-        raise KeyError(m)
-
-    keep = set(checkpoints if checkpoints is not None else p.checkpoints)
-    outs = [TrainOutput(losses=[]) for _ in range(k)]
-    live = list(range(k))  # members not yet diverged
-    pending: list[torch.Tensor] = []
+    stack = _Stack.of(p, binding, init, opts, device, keep_on_device)
+    ops = [KernelOps(binding, kernels[m]) for m in stack.order]
+    arch = arch_of(binding)
+    runs = _Runs(
+        outs=[TrainOutput(losses=[]) for _ in range(k)],
+        keep=set(checkpoints if checkpoints is not None else p.checkpoints),
+        live=list(range(k)),
+    )
     steps = int(batches.shape[0])
     started = time.perf_counter()
     for step in range(steps):
-        if stop is not None and stop.is_set():
-            raise CanaryStopped(f"stopped at step {step} of {steps}")
-        if widen is not None and widen[0].is_set() and torch.get_num_threads() < widen[1]:
-            torch.set_num_threads(widen[1])  # OpenMP's count is per thread: set here, in the training thread
+        _before_step(step, steps, stop, widen)
         seq = batches[step].to(device=device, dtype=torch.long)
-        model = StackedDecoder(p, binding, ops, joined())
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=p.autocast_bf16 and device.type == "cuda"):
-            losses = model.losses(seq)
-        for o in optims:
-            o.zero_grad(set_to_none=True)
-        losses.sum().backward()  # members share no weights: each gets exactly its own loss's gradient
-        if p.grad_clip > 0:
-            for (_, members), gp in zip(groups, group_params):
-                clip_per_member(list(gp.values()), p.grad_clip, len(members))
-        for o in optims:
-            o.step()
-        pending.append(losses.detach().float())
+            losses = Decoder(p, arch, ops, stack.joined()).losses(seq)
+        stack.update(losses)
+        runs.pending.append(losses.detach().float())
         if step == 0 and timings is not None:
             if device.type == "cuda":
                 torch.cuda.current_stream(device).synchronize()
             timings["first_step_s"] = round(time.perf_counter() - started, 3)
-        if step + 1 in keep:
-            for m in live:
-                outs[m].checkpoints[step + 1] = member_state(m)
-        if step + 1 in keep or (step + 1) % 25 == 0 or step + 1 == steps:
-            history = torch.stack(pending).cpu()
-            pending.clear()
-            for m in list(live):
-                outs[m].losses.extend(history[:, order.index(m)].tolist())
-                if not math.isfinite(outs[m].losses[-1]):  # diverged: every later checkpoint is these weights
-                    snap = member_state(m)
-                    for s in keep:
-                        if s > step + 1:
-                            outs[m].checkpoints[s] = snap
-                    live.remove(m)
-            if not live:
+        if step + 1 in runs.keep:
+            runs.checkpoint(step + 1, stack)
+        if step + 1 in runs.keep or (step + 1) % 25 == 0 or step + 1 == steps:
+            runs.flush(step + 1, stack)
+            if not runs.live:
                 break
-    return outs
+    return runs.outs
 
 
 @contextmanager

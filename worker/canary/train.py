@@ -46,7 +46,7 @@ def train(
 ) -> TrainOutput:
     """Train from `init` on `batches` ([steps, B, T+1]); keep the weights after each checkpoint step."""
     device = torch.device(device)
-    model = build(p, binding.site, init, device)
+    model = build(p, binding, init, device)
     ops = KernelOps(binding, kernel)
     optim = make_optimizer(p, opt, list(model.parameters()))
     keep = set(checkpoints if checkpoints is not None else p.checkpoints)
@@ -80,9 +80,17 @@ def train(
 
 
 @torch.no_grad()
-def heldout_loss(p: CanaryProfile, site: Any, state: State, heldout: torch.Tensor, device: torch.device | str, chunk: int = 32) -> float:
-    """Trusted evaluation: plain PyTorch ops in fp32, mean next-token loss over the held-out windows."""
-    model = build(p, site, state, device)
+def heldout_loss(
+    p: CanaryProfile,
+    site: OpBinding | str,
+    state: State,
+    heldout: torch.Tensor,
+    device: torch.device | str,
+    chunk: int = 32,
+) -> float:
+    """Trusted evaluation: plain PyTorch ops in fp32, mean next-token loss over the held-out windows. `site`: the
+    binding (or an original site's name), which says which variant of the model the weights are for."""
+    model = build(p, site, state, device)  # type: ignore[arg-type]
     # finiteness checked on the model's device in one sync (per tensor on the host it cost 7.5 s of a GPU canary)
     if not bool(torch.stack([torch.isfinite(t).all() for t in model.parameters()]).all()):
         return math.inf
@@ -99,6 +107,7 @@ def heldout_loss(p: CanaryProfile, site: Any, state: State, heldout: torch.Tenso
 
 # kernels the trusted side runs ---------------------------------------------------------------
 
+
 def reference_kernel(run: Callable[..., Any]) -> Kernel:
     """The definition's reference (value-returning) as a Kernel, outputs cast to the declared dtypes."""
 
@@ -110,9 +119,19 @@ def reference_kernel(run: Callable[..., Any]) -> Kernel:
     return k
 
 
-_INT_VIEW = {torch.bfloat16: torch.int16, torch.float16: torch.int16, torch.float32: torch.int32, torch.float64: torch.int64}
+_INT_VIEW = {
+    torch.bfloat16: torch.int16,
+    torch.float16: torch.int16,
+    torch.float32: torch.int32,
+    torch.float64: torch.int64,
+}
 # the exponent field of each dtype's bits: all ones is an infinity or a NaN
-_EXPONENT = {torch.bfloat16: 0x7F80, torch.float16: 0x7C00, torch.float32: 0x7F800000, torch.float64: 0x7FF0000000000000}
+_EXPONENT = {
+    torch.bfloat16: 0x7F80,
+    torch.float16: 0x7C00,
+    torch.float32: 0x7F800000,
+    torch.float64: 0x7FF0000000000000,
+}
 _MAGNITUDE = {torch.int16: 0x7FFF, torch.int32: 0x7FFFFFFF, torch.int64: 0x7FFFFFFFFFFFFFFF}
 
 
@@ -164,11 +183,17 @@ def capturing_kernel(inner: Kernel, sink: Captured, limit: int) -> Kernel:
 
 
 def capture_op_args(
-    p: CanaryProfile, binding: OpBinding, ref: Kernel, state: State, seq: torch.Tensor, device: torch.device | str, limit: int
+    p: CanaryProfile,
+    binding: OpBinding,
+    ref: Kernel,
+    state: State,
+    seq: torch.Tensor,
+    device: torch.device | str,
+    limit: int,
 ) -> list[list[Any]]:
     """The op's real arguments at these weights on this batch (forward and backward of one step)."""
     device = torch.device(device)
-    model = build(p, binding.site, state, device)
+    model = build(p, binding, state, device)
     sink = Captured()
     ops = KernelOps(binding, capturing_kernel(ref, sink, limit))
     with torch.autocast(device.type, dtype=torch.bfloat16, enabled=p.autocast_bf16 and device.type == "cuda"):

@@ -4,7 +4,7 @@ The submission trains in its own process and sends back weights; this process ev
 runs the reference and the null runs itself, checks the kernel's gradient on the reference's own trajectory against
 fp64, and judges (rule: worker.canary.judge).
 
-The modules, in the order the stage uses them: plan (seed, text, init, checkpoints and how the two processes share
+The modules, in the order the stage uses them: plan (the op's site, seed, text, init, checkpoints and how the two processes share
 the host), runs (the reference's runs and their nulls here, beside the submission's training), submission (the
 request to the submission's process and its reply, evaluated), losses (the held-out loss judgement, training the
 nulls where only they can decide it), fidelity (the gradient against fp64), report (status, summary, metrics,
@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import torch
 
-from worker.canary.binding import CanaryUnsupported, OpBinding, bind
+from worker.canary.binding import CanaryUnsupported, OpBinding
 from worker.canary.profiles import CanaryProfile, profile_for
 from worker.context import AuditContext
 from worker.stages.canary.fidelity import gradient_fidelity, max_ratios
 from worker.stages.canary.losses import judge_losses
-from worker.stages.canary.plan import make_plan
+from worker.stages.canary.plan import choose_site, make_plan
 from worker.stages.canary.report import Judgement, loss_curves, report
 from worker.stages.canary.runs import train_side_by_side
 from worker.stages.canary.stage import NAME, RULE
@@ -31,31 +31,38 @@ __all__ = ["NAME", "RULE", "run"]
 
 
 def run(ctx: AuditContext, profile: CanaryProfile | None = None) -> StageResult:
-    spec = ctx.problem.spec.canary
     if ctx.profile == "cpu" and "triton" in ctx.solution.spec.languages:
-        return StageResult(name=NAME, status=StageStatus.skipped, summary=(
-            "not run on the CPU for a Triton kernel: under Triton's interpreter the canary's training takes 73-355 s, "
-            "past its budget; audit on a GPU worker for the canary"))
-    if spec is None:
-        return StageResult(name=NAME, status=StageStatus.skipped,
-                           summary="no canary for this op: it fits no canary site (embedding, embedding_norm, norm, loss) "
-                                   "named in audit.json canary.site; this does not count against the kernel")
-    p = profile or profile_for(ctx.profile)
+        return StageResult(
+            name=NAME,
+            status=StageStatus.skipped,
+            summary=(
+                "not run on the CPU for a Triton kernel: under Triton's interpreter the canary's training takes 73-355 s, "
+                "past its budget; audit on a GPU worker for the canary"
+            ),
+        )
     try:
-        binding = bind(spec.site, ctx.problem.definition)
+        site = choose_site(ctx, profile or profile_for(ctx.profile))
     except CanaryUnsupported as err:
         return StageResult(name=NAME, status=StageStatus.error, summary=f"cannot place the op in the model: {err}")
+    if site.binding is None:
+        return StageResult(
+            name=NAME,
+            status=StageStatus.skipped,
+            metrics={"site_match": site.how},
+            summary=f"no canary for this op: it {site.how}; this does not count against the kernel",
+        )
+    p = site.profile
     previous = torch.get_num_threads()
     if p.threads:
         torch.set_num_threads(p.threads)
     try:
-        return _run(ctx, p, binding)
+        return _run(ctx, p, site.binding, site.how)
     finally:
         torch.set_num_threads(previous)
 
 
-def _run(ctx: AuditContext, p: CanaryProfile, binding: OpBinding) -> StageResult:
-    plan = make_plan(ctx, p, binding)
+def _run(ctx: AuditContext, p: CanaryProfile, binding: OpBinding, site_how: str) -> StageResult:
+    plan = make_plan(ctx, p, binding, site_how)
     sandbox = ctx.sandbox()
     parent, reply = train_side_by_side(ctx, plan, sandbox)
     try:

@@ -1,4 +1,7 @@
-"""What every run of one canary shares, fixed before any of them trains.
+"""What every run of one canary shares, fixed before any of them trains, starting with where the op sits.
+
+`choose_site` places the definition's op in the model: at the site audit.json names, else at the one its signature
+and reference fit (worker.canary.matching), with the profile at the definition's constant sizes.
 
 The reference, its nulls and the submission must train from the same seed, init and batches and be evaluated at the
 same checkpoints on the same held-out text, or their losses cannot be paired. The plan also settles how the two
@@ -17,6 +20,7 @@ import torch
 from worker.canary import parent_cache, speed
 from worker.canary.binding import Kernel, OpBinding
 from worker.canary.data import CanaryText, canary_text
+from worker.canary.matching import SiteMatch, site_for
 from worker.canary.model import init_state
 from worker.canary.profiles import CanaryProfile
 from worker.canary.train import State, heldout_loss, reference_kernel
@@ -39,6 +43,7 @@ class Plan:
     child_threads: int
     child_timeout_s: float
     started: float  # perf_counter at the stage's start
+    site_how: str = ""  # how the site was chosen (worker.canary.matching)
     timings: dict[str, float] = field(default_factory=dict)
     stop: threading.Event = field(default_factory=threading.Event)  # set when the stage unwinds early
     child_done: threading.Event = field(default_factory=threading.Event)  # set when the submission's training returns
@@ -60,27 +65,50 @@ class Plan:
 
     def evaluate(self, states: dict[int, State]) -> list[float]:
         """The held-out loss at each checkpoint."""
-        return [heldout_loss(self.profile, self.binding.site, states[s], self.heldout, self.device) for s in self.steps]
+        return [heldout_loss(self.profile, self.binding, states[s], self.heldout, self.device) for s in self.steps]
 
 
-def make_plan(ctx: AuditContext, p: CanaryProfile, binding: OpBinding) -> Plan:
+def choose_site(ctx: AuditContext, p: CanaryProfile) -> SiteMatch:
+    """The op's site and the profile at its sizes, or (binding None) why it has none; raises CanaryUnsupported where
+    the site audit.json names does not fit the definition."""
+    spec = ctx.problem.spec.canary
+    return site_for(ctx.problem.definition, spec.site if spec is not None else None, ctx.reference.run_fn, p)
+
+
+def make_plan(ctx: AuditContext, p: CanaryProfile, binding: OpBinding, site_how: str = "") -> Plan:
     started = time.perf_counter()
     seed = ctx.derive_seed("canary")
     if p.seed_pool:
         seed = parent_cache.pooled_seed(seed, p.seed_pool)
     text = canary_text(p, seed, ctx.problem.token_stats)
-    init = init_state(p, binding.site, seed)
+    init = init_state(p, binding, seed)
     plan = Plan(
-        profile=p, binding=binding, device=ctx.device, seed=seed, text=text, init=init,
-        ref=reference_kernel(ctx.reference.run_fn), steps=[s for s in p.checkpoints if s <= p.steps],
+        profile=p,
+        binding=binding,
+        device=ctx.device,
+        seed=seed,
+        text=text,
+        init=init,
+        ref=reference_kernel(ctx.reference.run_fn),
+        steps=[s for s in p.checkpoints if s <= p.steps],
         null_kinds=["rerun"] * p.repeat_runs + ["perturbed_1ulp"] * p.perturbed_runs,
-        cache_key=None, child_threads=0, child_timeout_s=p.child_timeout_s, started=started,
+        cache_key=None,
+        child_threads=0,
+        child_timeout_s=p.child_timeout_s,
+        started=started,
+        site_how=site_how,
     )
     if p.seed_pool:
         plan.cache_key = parent_cache.key(
-            definition=ctx.problem.definition.model_dump_json(), binding=binding.model_dump_json(),
-            profile=p.model_dump_json(), device=ctx.device, seed=seed, batches=text.batches, heldout=text.heldout,
-            init=init)
+            definition=ctx.problem.definition.model_dump_json(),
+            binding=binding.model_dump_json(),
+            profile=p.model_dump_json(),
+            device=ctx.device,
+            seed=seed,
+            batches=text.batches,
+            heldout=text.heldout,
+            init=init,
+        )
     _share_the_host(plan)
     return plan
 

@@ -47,21 +47,28 @@ class Judgement:
     @property
     def diagnosis(self) -> list[str]:
         fid_bad = self.fid_bad
-        if fid_bad and any(f.bucket not in ("1", "all") for f in fid_bad) and all(
-                f.ratio <= self.max_ratio[f.output] for f in self.fidelity if f.bucket == "1"):
+        if (
+            fid_bad
+            and any(f.bucket not in ("1", "all") for f in fid_bad)
+            and all(f.ratio <= self.max_ratio[f.output] for f in self.fidelity if f.bucket == "1")
+        ):
             return ["error grows with the number of contributions per row: consistent with low-precision accumulation"]
         return []
 
 
-def loss_curves(plan: Plan, parent: ParentRuns, submission: dict[Optimizer, SubmissionRun],
-                losses: list[judge.LossJudgement]) -> dict[str, Any]:
+def loss_curves(
+    plan: Plan, parent: ParentRuns, submission: dict[Optimizer, SubmissionRun], losses: list[judge.LossJudgement]
+) -> dict[str, Any]:
     """Per optimiser the training losses of both sides and the held-out judgement: evidence."""
-    return {opt: {
-        "reference_train_loss": parent[opt].train_losses,
-        "submission_train_loss_reported": submission[opt].reported_losses,  # evidence only, never judged
-        "heldout": lj.model_dump(),
-        "null_kinds": parent[opt].null_kinds,
-    } for opt, lj in zip(plan.profile.optimizers, losses)}
+    return {
+        opt: {
+            "reference_train_loss": parent[opt].train_losses,
+            "submission_train_loss_reported": submission[opt].reported_losses,  # evidence only, never judged
+            "heldout": lj.model_dump(),
+            "null_kinds": parent[opt].null_kinds,
+        }
+        for opt, lj in zip(plan.profile.optimizers, losses)
+    }
 
 
 def report(plan: Plan, j: Judgement, curves: dict[str, Any]) -> StageResult:
@@ -90,23 +97,33 @@ def _summary(j: Judgement) -> str:
         parts.append(f"{lj.optimizer} held-out gap {lj.mean_gap:+.4f} (limit {lj.threshold:.4f}, {band})")
     w = judge.worst(j.fidelity)
     if w is not None:
-        parts.append(f"worst gradient bucket {w.output}[{w.bucket} contributions] {w.ratio:.1f}x the ideal error at step {w.step}")
+        parts.append(
+            f"worst gradient bucket {w.output}[{w.bucket} contributions] {w.ratio:.1f}x the ideal error at step {w.step}"
+        )
     fid_bad, loss_bad = j.fid_bad, j.loss_bad
     if not (fid_bad or loss_bad):
         return "trains like the reference: " + "; ".join(parts)
     why = []
     if fid_bad:
         f0 = max(fid_bad, key=lambda f: f.ratio)
-        why.append(f"the op's gradient on real text is {f0.ratio:.1f}x the ideal error ({f0.output}, rows with {f0.bucket} contributions, "
-                   f"rel err {f0.kernel_rel_err:.2e} vs {f0.ideal_rel_err:.2e}; budget {j.max_ratio[f0.output]:g}x)")
+        why.append(
+            f"the op's gradient on real text is {f0.ratio:.1f}x the ideal error ({f0.output}, rows with {f0.bucket} contributions, "
+            f"rel err {f0.kernel_rel_err:.2e} vs {f0.ideal_rel_err:.2e}; budget {j.max_ratio[f0.output]:g}x)"
+        )
     for lj in loss_bad:
-        why.append(f"with {lj.optimizer} the held-out loss is worse by {lj.mean_gap:+.4f} nats, beyond the noise limit {lj.threshold:.4f}")
+        why.append(
+            f"with {lj.optimizer} the held-out loss is worse by {lj.mean_gap:+.4f} nats, beyond the noise limit {lj.threshold:.4f}"
+        )
     summary = "changes training beyond rounding: " + "; ".join(why)
     if j.masked_by_adamw:
         adamw = j.by_optimizer["adamw"]
         summary += f"; masked by AdamW (gap {adamw.mean_gap:+.4f}, inside the noise limit {adamw.threshold:.4f})"
     elif fid_bad and not loss_bad:
-        summary += "; the held-out loss stays inside the noise band at this model size (" + "; ".join(parts[: len(j.losses)]) + ")"
+        summary += (
+            "; the held-out loss stays inside the noise band at this model size ("
+            + "; ".join(parts[: len(j.losses)])
+            + ")"
+        )
     return summary
 
 
@@ -116,6 +133,7 @@ def _metrics(plan: Plan, j: Judgement) -> dict[str, Any]:
     metrics: dict[str, Any] = {
         "profile": p.name,
         "site": plan.binding.site,
+        "site_match": plan.site_how,
         "rule": RULE,
         "loss_gap": {lj.optimizer: lj.mean_gap for lj in j.losses},
         "loss_threshold": {lj.optimizer: lj.threshold for lj in j.losses},
@@ -124,8 +142,10 @@ def _metrics(plan: Plan, j: Judgement) -> dict[str, Any]:
         "fidelity_worst_ratio": w.ratio if w is not None else None,
         "fidelity_failed": bool(j.fid_bad),
         "masked_by_adamw": j.masked_by_adamw,
-        "runs": {"parent": len(p.optimizers) * (1 + (p.repeat_runs + p.perturbed_runs if j.nulls_trained else 0)),
-                 "submission": len(p.optimizers)},
+        "runs": {
+            "parent": len(p.optimizers) * (1 + (p.repeat_runs + p.perturbed_runs if j.nulls_trained else 0)),
+            "submission": len(p.optimizers),
+        },
         # False: every gap was within the floor, which no null can lower, so the nulls were not trained (p.lazy_nulls)
         "nulls_trained": j.nulls_trained,
         "timings": {**plan.timings, "total_s": round(time.perf_counter() - plan.started, 2)},

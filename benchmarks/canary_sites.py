@@ -1,0 +1,147 @@
+"""The newer canary sites: each site's correct example must pass and its known-bad one fail.
+
+    python benchmarks/canary_sites.py --out benchmarks/results/canary_sites_cpu [--device cpu|cuda] [--seeds 1]
+        [--only linear_forward,...]
+
+For every (problem, solution) of CASES, the canary stage (the device's profile, nulls always trained so that every row
+has its noise band, no parent cache) runs once per seed. One row per run: the site and how it was matched, the stage's
+status, each optimiser's paired held-out loss gap (submission - reference), its noise band (the largest null gap)
+and limit, and the worst gradient-fidelity ratio (budget 4x). Writes OUT.json after every run and OUT.md at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import torch
+
+from benchmarks.gpu_canary import canary_row
+from worker.canary.profiles import profile_for
+from worker.catalogue import load_catalogue
+
+# (problem, solution, expected): per site its known-bad example ("fail") and a correct one ("pass"); "any": a
+# known-bad kernel of the catalogue the canary is not required to catch
+CASES: list[tuple[str, str, str]] = [
+    ("linear_forward", "pytorch_bf16_accumulator", "fail"),
+    ("linear_forward", "pytorch_fp32", "pass"),
+    ("linear_backward", "pytorch_bf16_split_tokens", "fail"),
+    ("linear_backward", "pytorch_fp32", "pass"),
+    ("gemm_bias_gelu", "pytorch_bf16_split_k", "any"),
+    ("gemm_bias_gelu", "pytorch_fp32", "pass"),
+    ("swiglu_gate_up", "pytorch_bf16_accumulator", "fail"),
+    ("swiglu_gate_up", "pytorch_fp32", "pass"),
+    ("swiglu", "pytorch_exp_ratio_sigmoid", "any"),
+    ("swiglu", "pytorch_fp32", "pass"),
+    ("geglu", "pytorch_fp32", "pass"),
+    ("add_rmsnorm_fp32_residual", "pytorch_bf16_add", "fail"),
+    ("add_rmsnorm_fp32_residual", "pytorch_fp32", "pass"),
+    ("post_add_rmsnorm", "pytorch_bf16_add", "fail"),
+    ("post_add_rmsnorm", "pytorch_fp32", "pass"),
+    ("fused_add_rmsnorm", "pytorch_bf16_row_sum", "any"),
+    ("fused_add_rmsnorm", "pytorch_fp32", "pass"),
+    ("attention_softmax", "pytorch_bf16_row_sum", "fail"),
+    ("attention_softmax", "pytorch_fp32", "pass"),
+    ("softmax", "pytorch_no_max_subtraction", "any"),
+    ("softmax", "pytorch_fp32", "pass"),
+    ("rope", "pytorch_bf16_inv_freq", "fail"),
+    ("rope", "pytorch_fp32_angles", "any"),
+    ("rope", "pytorch_fp64_angles", "pass"),
+]
+
+
+def _pair(row: dict[str, Any], key: str, opt: str) -> float | None:
+    v = (row.get(key) or {}).get(opt)
+    return float(v) if isinstance(v, (int, float)) else None
+
+
+def _fmt(x: float | None, signed: bool = False) -> str:
+    return "-" if x is None else (f"{x:+.4f}" if signed else f"{x:.4f}")
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    head = (
+        "| problem / solution | site | expected | status | SGD gap | SGD band | SGD limit | AdamW gap | AdamW band "
+        "| AdamW limit | fidelity (x ideal) | s |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n"
+    )
+    lines = []
+    for r in rows:
+        fid = r.get("fidelity_worst_ratio")
+        cells = [f"`{r['problem']}/{r['solution']}`", str(r.get("site") or "-"), r["expected"], r["status"]]
+        for opt in ("sgd", "adamw"):
+            cells += [
+                _fmt(_pair(r, "loss_gap", opt), True),
+                _fmt(_pair(r, "noise_band", opt)),
+                _fmt(_pair(r, "loss_threshold", opt)),
+            ]
+        cells += ["-" if fid is None else f"{fid:.1f}", f"{r['seconds']:.0f}"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return head + "\n".join(lines) + "\n"
+
+
+def _machine(device: str) -> str:
+    if device == "cuda":
+        return torch.cuda.get_device_name(0)
+    names = [
+        line.split(":", 1)[1].strip()
+        for line in Path("/proc/cpuinfo").read_text().splitlines()
+        if line.startswith("model name")
+    ]
+    return f"cpu: {names[0] if names else 'unknown'}, {os.cpu_count()} cores"
+
+
+def render(env: dict[str, Any], rows: list[dict[str, Any]]) -> str:
+    p = env["profile"]
+    return (
+        f"# The newer canary sites ({env['device']})\n\n`{env['command']}` ({env['date']}, torch {env['torch']}, "
+        f"{p['name']} profile with every null trained, no parent cache). Gap: mean paired held-out loss gap over the "
+        "checkpoints (submission - reference, nats); band: the largest |gap| of the 1-ulp null runs; limit: "
+        f"max(3 x band, {p['loss_floor']}); fidelity: the kernel's worst error on the op's real arguments along the "
+        "reference's SGD run, as a multiple of the ideal output's (fails above 4).\n\n" + table(rows)
+    )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", type=Path, required=True, help="path without suffix: OUT.json and OUT.md")
+    ap.add_argument("--seeds", type=int, default=1, help="runs per case, seeds 1..N")
+    ap.add_argument("--only", default="", help="comma-separated problem names")
+    ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    args = ap.parse_args()
+    only = set(filter(None, args.only.split(",")))
+    cases = [c for c in CASES if not only or c[0] in only]
+    # every row gets its noise band: the nulls are trained whatever the gap (the stage trains them only when needed)
+    profile = profile_for("gpu" if args.device == "cuda" else "cpu", lazy_nulls=False, seed_pool=None)
+    env = {
+        "device": _machine(args.device),
+        "torch": torch.__version__,
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "command": "python benchmarks/canary_sites.py " + " ".join(sys.argv[1:]),
+        "profile": profile.model_dump(mode="json"),
+    }
+    catalogue = load_catalogue()
+    rows: list[dict[str, Any]] = []
+    for seed in range(1, args.seeds + 1):
+        for problem, solution, expected in cases:
+            row = {**canary_row(catalogue.get(problem), solution, seed, args.device, profile), "expected": expected}
+            row.pop("curves_heldout", None)
+            rows.append(row)
+            print(
+                f"{problem}/{solution} seed {seed}: {row['status']} (expected {expected}) "
+                f"gap sgd {_fmt(_pair(row, 'loss_gap', 'sgd'), True)} adamw {_fmt(_pair(row, 'loss_gap', 'adamw'), True)} "
+                f"fidelity {row.get('fidelity_worst_ratio')} {row['seconds']:.0f} s",
+                flush=True,
+            )
+            args.out.with_suffix(".json").write_text(json.dumps({"environment": env, "rows": rows}, indent=1))
+    args.out.with_suffix(".md").write_text(render(env, rows))
+
+
+if __name__ == "__main__":
+    main()

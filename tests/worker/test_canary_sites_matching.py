@@ -1,0 +1,331 @@
+"""Where a definition's op sits in the canary's model (worker.canary.matching): matched from the signature and
+confirmed by running the reference, or named in audit.json; a definition that fits no site says why; the model at a
+definition's constant sizes. Fast: no sandbox, no training beyond a few steps."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+
+from worker.canary.arch import arch_of
+from worker.canary.binding import CanaryUnsupported, OpBinding
+from worker.canary.data import draw_batches, split
+from worker.canary.matching import SiteMatch, match, site_for
+from worker.canary.model import init_state
+from worker.canary.profiles import CPU, CanaryProfile
+from worker.canary.stacked import train_stacked
+from worker.canary.train import reference_kernel, train
+from worker.catalogue import Catalogue, Problem, load_catalogue
+from worker.context import AuditContext
+from worker.formats import Definition
+from worker.problem_spec import CanarySpec
+from worker.reference import Reference
+from worker.stages import canary as canary_stage
+from worker.stages.result import StageStatus
+
+
+@pytest.fixture(scope="module", name="catalogue")
+def _catalogue() -> Catalogue:
+    return load_catalogue()
+
+
+def _match(d: Definition, named: str | None = None, p: CanaryProfile = CPU) -> SiteMatch:
+    return site_for(d, named, Reference.of(d).run_fn, p)
+
+
+def _definition(
+    name: str, axes: dict[str, Any], inputs: dict[str, Any], outputs: dict[str, Any], reference: str
+) -> Definition:
+    def spec(v: Any) -> dict[str, Any]:
+        shape, dtype = v
+        return {"shape": shape, "dtype": dtype}
+
+    return Definition.model_validate(
+        {
+            "name": name,
+            "axes": {k: ({"type": "var"} if v is None else {"type": "const", "value": v}) for k, v in axes.items()},
+            "inputs": {k: spec(v) for k, v in inputs.items()},
+            "outputs": {k: spec(v) for k, v in outputs.items()},
+            "reference": reference,
+        }
+    )
+
+
+# problem -> (site, options that must hold) for every catalogue definition the newer sites take
+MATCHED = {
+    "linear_forward": ("linear", {"act": "none"}),
+    "linear_backward": ("linear", {"act": "none"}),
+    "gemm_bias_gelu": ("linear", {"act": "gelu"}),
+    "swiglu": ("glu", {"act": "silu"}),
+    "geglu": ("glu", {"act": "gelu_tanh"}),
+    "swiglu_gate_up": ("glu", {"act": "silu"}),
+    "fused_add_rmsnorm": ("add_norm", {}),
+    "add_rmsnorm_fp32_residual": ("add_norm", {}),
+    "post_add_rmsnorm": ("add_norm", {}),
+    "softmax": ("softmax", {}),
+    "attention_softmax": ("softmax", {}),
+    "rope": ("rope", {"rope_layout": "neox", "rope_theta": None}),
+}
+NO_SITE = (
+    "attention_forward",
+    "cumsum",
+    "layernorm_forward",
+    "log_softmax",
+    "moe_topk_routing",
+    "quantize_fp8_per_token",
+    "segment_mean",
+    "top_k_renorm_probs",
+)
+
+
+@pytest.mark.parametrize("name", sorted(MATCHED))
+def test_catalogue_definitions_match_their_site_from_the_signature(catalogue: Catalogue, name: str) -> None:
+    problem = catalogue.get(name)
+    assert problem.spec.canary is None  # nothing named: the signature and the reference decide
+    found = _match(problem.definition)
+    site, options = MATCHED[name]
+    assert found.binding is not None, found.how
+    assert found.binding.site == site and f"matched site '{site}' from the signature" in found.how
+    assert {k: getattr(found.binding.options, k) for k in options} == options
+    # var axes only: the canary's own sizes; a RoPE whose k has a head axis of its own trains grouped-query attention
+    assert found.profile == (CPU.model_copy(update={"n_kv_heads": 2}) if name == "rope" else CPU)
+
+
+def test_the_binding_says_which_model_each_site_trains(catalogue: Catalogue) -> None:
+    def arch(name: str) -> Any:
+        b = _match(catalogue.get(name).definition).binding
+        assert b is not None
+        return arch_of(b)
+
+    assert arch("linear_forward").linear_at == "fc2" and arch("linear_backward").linear_at == "fc2"
+    assert arch("gemm_bias_gelu").linear_at == "fc1" and arch("gemm_bias_gelu").mlp_bias
+    assert arch("swiglu").mlp == "glu" and arch("geglu").act == "gelu_tanh"
+    assert not arch("fused_add_rmsnorm").post_norm and arch("post_add_rmsnorm").post_norm
+    assert arch("softmax").attention == "softmax" and arch("softmax").rope is None and arch("rope").rope == "neox"
+
+
+@pytest.mark.parametrize("name", NO_SITE)
+def test_definitions_that_fit_no_site_say_why_for_each_site(catalogue: Catalogue, name: str) -> None:
+    found = _match(catalogue.get(name).definition)
+    assert found.binding is None
+    assert found.how.startswith("fits no canary site (")
+    for site in ("linear:", "glu:", "add_norm:", "softmax:", "rope:"):
+        assert site in found.how
+
+
+def test_a_signature_that_fits_is_still_refused_when_the_reference_computes_another_op(catalogue: Catalogue) -> None:
+    """log_softmax has a softmax's signature; running its reference shows it is not one."""
+    how = _match(catalogue.get("log_softmax").definition).how
+    assert "softmax: the reference does not compute the site's op" in how
+    doubled = _definition(
+        "gemm_scaled",
+        {"m": None, "k": None, "n": None},
+        {"input": (["m", "k"], "bfloat16"), "weight": (["n", "k"], "bfloat16")},
+        {"output": (["m", "n"], "bfloat16")},
+        "import torch\n\ndef run(input, weight):\n    return (2 * (input.float() @ weight.float().t())).to(torch.bfloat16)\n",
+    )
+    found = _match(doubled)
+    assert found.binding is None and "linear: the reference does not compute the site's op" in found.how
+
+
+def test_sites_named_in_audit_json_and_none(catalogue: Catalogue) -> None:
+    rms = catalogue.get("rmsnorm_forward")
+    named = _match(rms.definition, "norm")
+    assert named.binding is not None and named.binding.site == "norm" and "audit.json names site 'norm'" in named.how
+    assert _match(catalogue.get("softmax").definition, "none").binding is None
+    newer = _match(catalogue.get("softmax").definition, "softmax")
+    assert newer.binding is not None and newer.how.startswith("audit.json names site 'softmax'; matched")
+    with pytest.raises(CanaryUnsupported, match=r"named in audit\.json"):
+        _match(catalogue.get("cumsum").definition, "softmax")
+
+
+def test_layouts_the_signature_cannot_tell_are_read_from_the_reference() -> None:
+    gptj = _definition(
+        "rope_gptj",
+        {"n": None, "h": None, "d": None},
+        {"q": (["n", "h", "d"], "float32"), "k": (["n", "h", "d"], "float32"), "pos": (["n"], "int64")},
+        {"q_out": (["n", "h", "d"], "float32"), "k_out": (["n", "h", "d"], "float32")},
+        "import torch\n\n"
+        "def _rot(x, pos):\n"
+        "    d = x.shape[-1]\n"
+        "    inv = 1.0 / (1e6 ** (torch.arange(0, d, 2, dtype=torch.float64) / d))\n"
+        "    a = pos.double()[:, None, None] * inv\n"
+        "    x1, x2 = x.double()[..., 0::2], x.double()[..., 1::2]\n"
+        "    c, s = torch.cos(a), torch.sin(a)\n"
+        "    return torch.stack([x1 * c - x2 * s, x2 * c + x1 * s], -1).flatten(-2).float()\n\n"
+        "def run(q, k, pos):\n    return _rot(q, pos), _rot(k, pos)\n",
+    )
+    found = _match(gptj)
+    assert found.binding is not None and found.binding.options.rope_layout == "interleaved"
+    assert found.binding.options.rope_theta == 1e6  # no theta input: the reference's own, read from what it computes
+    up_gate = _definition(
+        "silu_and_mul_up_first",
+        {"n": None, "two_i": None, "i": None},
+        {"x": (["n", "two_i"], "bfloat16")},
+        {"out": (["n", "i"], "bfloat16")},
+        "import torch\n\ndef run(x):\n    up, gate = x.float().chunk(2, dim=-1)\n"
+        "    return (torch.nn.functional.silu(gate) * up).to(torch.bfloat16)\n",
+    )
+    found = _match(up_gate)
+    assert found.binding is not None and found.binding.site == "glu" and found.binding.options.gate_first is False
+    x_at_w = _definition(
+        "matmul_kn",
+        {"m": None, "k": None, "n": None},
+        {"a": (["m", "k"], "float32"), "b": (["k", "n"], "float32")},
+        {"c": (["m", "n"], "float32")},
+        "import torch\n\ndef run(a, b):\n    return a @ b\n",
+    )
+    found = _match(x_at_w)
+    assert found.binding is not None and found.binding.site == "linear" and found.binding.options.weight_in_out
+
+
+def test_constant_axes_size_the_model_and_a_model_too_large_is_refused() -> None:
+    linear = _definition(
+        "linear_k128",
+        {"m": None, "k": 128, "n": None},
+        {"x": (["m", "k"], "bfloat16"), "w": (["n", "k"], "bfloat16")},
+        {"y": (["m", "n"], "bfloat16")},
+        "import torch\n\ndef run(x, w):\n    return (x.float() @ w.float().t()).to(torch.bfloat16)\n",
+    )
+    found = _match(linear)
+    assert found.binding is not None and found.profile.d_ff == 128 and found.profile.d_model == CPU.d_model
+    square = _definition(
+        "proj",
+        {"m": None, "h": None},
+        {"x": (["m", "h"], "bfloat16"), "w": (["h", "h"], "bfloat16")},
+        {"y": (["m", "h"], "bfloat16")},
+        "import torch\n\ndef run(x, w):\n    return (x.float() @ w.float().t()).to(torch.bfloat16)\n",
+    )
+    found = _match(square)  # one axis both ways: the down-projection must be square too
+    assert found.binding is not None and found.profile.d_ff == found.profile.d_model == CPU.d_model
+    rope = _definition(
+        "rope_h2_d48",
+        {"n": None, "h": 2, "d": 48},
+        {
+            "q": (["n", "h", "d"], "bfloat16"),
+            "k": (["n", "h", "d"], "bfloat16"),
+            "pos": (["n"], "int64"),
+            "theta": (None, "float32"),
+        },
+        {"q_out": (["n", "h", "d"], "bfloat16"), "k_out": (["n", "h", "d"], "bfloat16")},
+        "import torch\n\ndef _r(x, pos, theta):\n    d = x.shape[-1]\n"
+        "    a = pos.double()[:, None, None] / (theta ** (torch.arange(0, d, 2, dtype=torch.float64) / d))\n"
+        "    x1, x2 = x.double()[..., : d // 2], x.double()[..., d // 2 :]\n"
+        "    return torch.cat([x1 * torch.cos(a) - x2 * torch.sin(a), x2 * torch.cos(a) + x1 * torch.sin(a)], -1).to(torch.bfloat16)\n\n"
+        "def run(q, k, pos, theta):\n    return _r(q, pos, theta), _r(k, pos, theta)\n",
+    )
+    found = _match(rope)
+    assert found.binding is not None and (found.profile.n_heads, found.profile.d_model) == (2, 96)
+    wide = _definition(
+        "linear_4096",
+        {"m": None, "k": 4096, "n": 4096},
+        {"x": (["m", "k"], "bfloat16"), "w": (["n", "k"], "bfloat16")},
+        {"y": (["m", "n"], "bfloat16")},
+        "import torch\n\ndef run(x, w):\n    return (x.float() @ w.float().t()).to(torch.bfloat16)\n",
+    )
+    found = _match(wide)
+    assert found.binding is None and "past the cpu profile's 1.5M" in found.how
+    assert _match(wide, p=CPU.model_copy(update={"name": "gpu", "max_params": 600_000_000})).binding is not None
+
+
+def test_the_stage_skips_an_op_that_fits_no_site_with_the_reasons(catalogue: Catalogue) -> None:
+    problem = catalogue.get("cumsum")
+    result = canary_stage.run(AuditContext(problem=problem, solution=problem.example_solution("pytorch_fp32"), seed=1))
+    assert result.status is StageStatus.skipped
+    assert result.summary.startswith("no canary for this op: it fits no canary site (linear: ")
+    assert result.summary.endswith("this does not count against the kernel")
+    named_none = Problem(
+        folder=problem.folder,
+        definition=catalogue.get("softmax").definition,
+        workloads_gpu=(),
+        workloads_cpu=(),
+        spec=problem.spec.model_copy(update={"canary": CanarySpec(site="none")}),
+    )
+    result = canary_stage.run(
+        AuditContext(problem=named_none, solution=problem.example_solution("pytorch_fp32"), seed=1)
+    )
+    assert result.status is StageStatus.skipped and "canary.site = none" in result.summary
+
+
+# --- the model at each newer site ---------------------------------------------------------------------------
+
+STEPS = 3
+P = CPU.model_copy(update={"steps": STEPS, "checkpoints": (STEPS,)})
+# calls of the site's kernel per training step of one member: forward and backward of every layer
+CALLS = {
+    "linear_forward": 2,
+    "linear_backward": 2,
+    "gemm_bias_gelu": 2,
+    "swiglu_gate_up": 2,
+    "swiglu": 2,
+    "add_rmsnorm_fp32_residual": 4,
+    "post_add_rmsnorm": 4,
+    "softmax": 2,
+    "rope": 2,
+}
+
+
+@pytest.mark.parametrize("name", sorted(CALLS))
+def test_each_site_trains_its_kernel_in_the_model_and_stacked_runs_match_single_ones(
+    catalogue: Catalogue, name: str
+) -> None:
+    problem = catalogue.get(name)
+    found = _match(problem.definition, p=P)
+    b: OpBinding | None = found.binding
+    assert b is not None
+    p = found.profile
+    ref = reference_kernel(Reference.of(problem.definition).run_fn)
+    shapes: list[list[tuple[int, ...]]] = []
+
+    def counting(args: list[Any], specs: list[dict[str, Any]]) -> list[torch.Tensor]:
+        shapes.append([tuple(s["shape"]) for s in specs])
+        return ref(args, specs)
+
+    train_ids, _ = split(P.vocab_size, P.heldout_fraction)
+    batches = draw_batches(train_ids, STEPS, P.batch_size, P.seq_len, seed=3)
+    init = init_state(p, b, 3)
+    alone = train(p, b, counting, init, batches, "sgd", "cpu")
+    (together,) = train_stacked(p, b, [ref], init, batches, "sgd", "cpu")
+    assert len(shapes) == CALLS[name] * STEPS
+    assert together.losses == pytest.approx(alone.losses, rel=1e-6, abs=1e-6)
+    assert alone.losses[-1] < alone.losses[0]  # it trains
+    for name_, t in together.checkpoints[STEPS].items():
+        assert torch.allclose(t, alone.checkpoints[STEPS][name_], atol=1e-6), name_
+
+
+TOKENS, D, F, T = P.batch_size * P.seq_len, P.d_model, P.d_ff, P.seq_len
+# the output shapes of the site's first kernel call (tokens = batch x seq_len)
+SHAPES = {
+    "linear_forward": [(TOKENS, D)],
+    "linear_backward": [(TOKENS, F), (D, F)],
+    "swiglu_gate_up": [(TOKENS, F)],
+    "add_rmsnorm_fp32_residual": [(TOKENS, D), (TOKENS, D)],
+    "softmax": [(P.batch_size * P.n_heads * T, T)],
+    "rope": [(TOKENS, P.n_heads, D // P.n_heads), (TOKENS, 2, D // P.n_heads)],  # 2 kv heads: grouped-query
+}
+
+
+@pytest.mark.parametrize("name", sorted(SHAPES))
+def test_site_kernels_see_the_model_s_shapes(catalogue: Catalogue, name: str) -> None:
+    problem = catalogue.get(name)
+    found = _match(problem.definition, p=P)
+    b = found.binding
+    assert b is not None
+    ref = reference_kernel(Reference.of(problem.definition).run_fn)
+    seen: list[list[tuple[int, ...]]] = []
+
+    def k(args: list[Any], specs: list[dict[str, Any]]) -> list[torch.Tensor]:
+        seen.append([tuple(s["shape"]) for s in specs])
+        return ref(args, specs)
+
+    one = found.profile.model_copy(update={"steps": 1, "checkpoints": (1,)})
+    batch = draw_batches(split(P.vocab_size, P.heldout_fraction)[0], 1, P.batch_size, P.seq_len, seed=1)
+    train(one, b, k, init_state(one, b, 1), batch, "sgd", "cpu")
+    assert seen[0] == SHAPES[name]
+
+
+def test_match_tries_only_the_sites_asked(catalogue: Catalogue) -> None:
+    d = catalogue.get("softmax").definition
+    assert match(d, Reference.of(d).run_fn, CPU, sites=("linear", "rope")).binding is None

@@ -1,0 +1,95 @@
+"""The canary stage at each newer site, on the catalogue's examples: the correct one passes, the known-bad one (an
+honest numerics bug) is caught. Real in every part: the kernel trains in its sandbox child, the parent trains the
+reference; the CPU profile is shortened to 40 steps (checkpoints 10, 20, 40; gradient fidelity at steps 0 and 40)
+with one fixed seed, so a problem's examples share the parent's runs through the parent cache. The full profile's
+numbers (gaps, noise bands, fidelity) are benchmarks/results/canary_sites_cpu.md.
+
+- linear (worker.canary.families.linear): a GEMM in the MLP's down-projection, forward (K = d_ff = 256: a bf16
+  accumulator fails) or backward (grad_weight sums 2,048 tokens: 16-token tiles accumulated in bf16 fail); GEMM + bias
+  + GELU in the up-projection.
+- glu: gate-up with its weights (GEMMs with bf16 running sums fail), or the activation alone after trusted projections.
+- add_norm: pre-norm with the residual stream kept by the kernel (in fp32 here), or post-norm (all fp32): an add in
+  bf16 fails.
+- softmax: attention's scores, written out: a row sum of exps carried in bf16 fails. Not caught, and not asked: the
+  example without max subtraction (this model's scores stay far below where fp32's exp overflows).
+- rope: q and k at offsets up to 65,536 positions: inv_freq held in bf16 fails (already whole radians off there).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from worker.canary.profiles import profile_for
+from worker.catalogue import load_catalogue
+from worker.context import AuditContext
+from worker.stages import canary as canary_stage
+from worker.stages.result import StageResult, StageStatus
+
+pytestmark = pytest.mark.slow  # each case trains a canary
+
+SHORT = profile_for("cpu", steps=40, checkpoints=(10, 20, 40), fidelity_steps=(0, 40), seed_pool=1)
+# (site, problem, solution, expected)
+CASES = [
+    ("linear", "linear_forward", "pytorch_fp32", "pass"),
+    ("linear", "linear_forward", "pytorch_bf16_accumulator", "fail"),
+    ("linear", "linear_backward", "pytorch_fp32", "pass"),
+    ("linear", "linear_backward", "pytorch_bf16_split_tokens", "fail"),
+    ("linear", "gemm_bias_gelu", "pytorch_fp32", "pass"),
+    ("glu", "swiglu_gate_up", "pytorch_fp32", "pass"),
+    ("glu", "swiglu_gate_up", "pytorch_bf16_accumulator", "fail"),
+    ("glu", "swiglu", "pytorch_fp32", "pass"),
+    ("add_norm", "add_rmsnorm_fp32_residual", "pytorch_fp32", "pass"),
+    ("add_norm", "add_rmsnorm_fp32_residual", "pytorch_bf16_add", "fail"),
+    ("add_norm", "post_add_rmsnorm", "pytorch_fp32", "pass"),
+    ("add_norm", "post_add_rmsnorm", "pytorch_bf16_add", "fail"),
+    ("softmax", "attention_softmax", "pytorch_fp32", "pass"),
+    ("softmax", "attention_softmax", "pytorch_bf16_row_sum", "fail"),
+    ("softmax", "softmax", "pytorch_fp32", "pass"),
+    ("rope", "rope", "pytorch_fp64_angles", "pass"),
+    ("rope", "rope", "pytorch_bf16_inv_freq", "fail"),
+]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def parent_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """One parent cache for the module: the second example of a problem reads the reference's runs back."""
+    path = tmp_path_factory.mktemp("canary_cache")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("KAUDIT_CACHE_DIR", str(path))
+        yield path
+
+
+def _canary(problem: str, solution: str) -> StageResult:
+    p = load_catalogue().get(problem)
+    ctx = AuditContext(problem=p, solution=p.example_solution(solution), device="cpu", seed=1)
+    try:
+        return canary_stage.run(ctx, SHORT)
+    finally:
+        ctx.close()
+
+
+@pytest.mark.parametrize(
+    ("site", "problem", "solution", "expected"), CASES, ids=[f"{s}:{p}/{n}" for s, p, n, _ in CASES]
+)
+def test_the_canary_at_each_newer_site(site: str, problem: str, solution: str, expected: str) -> None:
+    result = _canary(problem, solution)
+    m = result.metrics
+    assert m["site"] == site and m["site_match"].startswith(f"matched site '{site}' from the signature")
+    if expected == "pass":
+        assert result.status is StageStatus.passed, result.summary
+        assert (
+            m["fidelity_worst_ratio"] <= 4.0
+        )  # ~1 for a bf16 output rounded once; ~2.6 for post_add_rmsnorm's fp32 one
+        assert all(abs(g) <= SHORT.loss_floor for g in m["loss_gap"].values())
+        return
+    # caught by the gradient-fidelity check; the loss gap is recorded, not required: at this model size a numerics
+    # bug of a few bf16 roundings rarely moves the held-out loss past the noise floor
+    assert result.status is StageStatus.failed, result.summary
+    assert m["fidelity_failed"] and m["fidelity_worst_ratio"] > 4.0
+    assert (
+        result.summary.startswith("changes training beyond rounding: the op's")
+        and "x the ideal error" in result.summary
+    )

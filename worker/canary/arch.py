@@ -1,0 +1,79 @@
+"""Which variant of the canary's decoder a site trains: the site's op must be in the model, where it matters.
+
+The four original sites train the original model (pre-norm RMSNorm, attention through SDPA, a GELU MLP, no biases),
+so their runs stay what they were. A newer site switches on the part that holds its op: a gated MLP for a GLU, an
+explicit softmax in attention, rotary embeddings on q and k, a post-norm residual, biases on the MLP's projections.
+Derived from the binding alone, so the parent and the submission's process build the same model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from worker.canary.binding import OpBinding, Site
+from worker.canary.ops import Act, RopeLayout
+
+# the Ops method that carries the kernel at each site
+SITE_OP: dict[str, str] = {
+    "embedding": "embed",
+    "embedding_norm": "embed_norm",
+    "norm": "norm",
+    "loss": "loss",
+    "linear": "linear",
+    "glu": "glu",
+    "add_norm": "add_norm",
+    "softmax": "softmax",
+    "rope": "rope",
+}
+
+
+@dataclass(frozen=True)
+class Arch:
+    site_op: str = "embed"
+    emb_norm: bool = False  # a norm right after the embedding (the fused embedding+RMSNorm site)
+    mlp: Literal["plain", "glu"] = "plain"  # fc1 -> act -> fc2, or act(gate) * up -> fc2
+    act: Act = "gelu"
+    mlp_bias: bool = False
+    linear_at: Literal["fc1", "fc2"] | None = None  # the projection the linear site's kernel computes
+    attention: Literal["sdpa", "softmax"] = "sdpa"
+    rope: RopeLayout | None = None
+    rope_theta: float | None = None  # a RoPE definition's own theta (None: the profile's, passed to the kernel)
+    post_norm: bool = False  # h = norm(h + sublayer(h)) instead of h + sublayer(norm(h))
+
+
+def arch_of(site_or_binding: Site | OpBinding) -> Arch:
+    """The model a site trains; a bare site name gives the defaults of its binding's options."""
+    if isinstance(site_or_binding, str):
+        site, o, b = site_or_binding, None, None
+    else:
+        b = site_or_binding
+        site, o = b.site, b.options
+    base = Arch(site_op=SITE_OP[site])
+    if site == "embedding_norm":
+        return Arch(site_op="embed_norm", emb_norm=True)
+    if site == "linear" and b is not None and o is not None:
+        # a kernel with its own activation is the up-projection (fc1 then act); a bare GEMM is the down-projection,
+        # the model's longest reduction (d_ff); a GEMM's backward sits there too
+        fused = o.act != "none" and not b.has_backward
+        return Arch(
+            site_op="linear",
+            act=o.act if fused else "gelu",
+            mlp_bias=b.role_in("bias") is not None,
+            linear_at="fc1" if fused else "fc2",
+        )
+    if site == "linear":
+        return Arch(site_op="linear", linear_at="fc2")
+    if site == "glu":
+        return Arch(site_op="glu", mlp="glu", act=o.act if o is not None and o.act != "none" else "silu")
+    if site == "add_norm":
+        return Arch(site_op="add_norm", post_norm=b is not None and b.role_out("residual") is None)
+    if site == "softmax":
+        return Arch(site_op="softmax", attention="softmax")
+    if site == "rope":
+        return Arch(
+            site_op="rope",
+            rope=o.rope_layout if o is not None else "neox",
+            rope_theta=o.rope_theta if o is not None else None,
+        )
+    return base

@@ -1,0 +1,145 @@
+"""The canary decoder's arithmetic, written once for K members whose weights are stacked on a leading axis [K, ...].
+
+worker.canary.stacked trains K members at once with it; worker.canary.model's single model is the case K = 1.
+Every member sees the same batch; the trusted layers run once for all members (batched matmuls, one attention call
+over K x batch), and the op at the binding's site is called once per member, each with its own ops (the site's
+kernel, or the trusted op).
+
+One block, pre-norm (x is the normalised input of a sublayer, r the residual stream):
+    x, r = add_norm(attention(x), r, norm2);  x, r = add_norm(mlp(x), r, next norm1 or final_norm)
+where add_norm(a, r, w) = (norm(r + a, w), r + a) unless the add_norm site's kernel does both; post-norm:
+    h = add_norm(attention(h), h, norm1)[0];  h = add_norm(mlp(h), h, norm2)[0]
+Attention: qkv projection, RoPE on q and k (arch.rope), softmax(q k^T / sqrt(d)) v written out (arch.attention ==
+"softmax") or fused SDPA, output projection. MLP: act(fc1 x) -> fc2, or a GLU act(gate x) * (up x) -> fc2.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import torch
+import torch.nn.functional as F
+
+from worker.canary.arch import Arch
+from worker.canary.ops import Act, Ops, attention_scale, causal_mask, rmsnorm
+from worker.canary.profiles import CanaryProfile
+
+TRUSTED = Ops()
+
+
+def rope_positions(batch: int, seq_len: int, p: CanaryProfile, device: torch.device) -> torch.Tensor:
+    """[batch, seq_len] positions: sequence i starts at i x (rope_max_position - seq_len) / batch."""
+    stride = max(p.rope_max_position - seq_len, 0) // max(batch, 1)
+    return (torch.arange(batch, device=device) * stride)[:, None] + torch.arange(seq_len, device=device)
+
+
+class Decoder:
+    """The decoder on `params` ([K, ...] each, named as worker.canary.model.param_shapes names them)."""
+
+    def __init__(self, p: CanaryProfile, arch: Arch, ops: Sequence[Ops], params: Mapping[str, torch.Tensor]) -> None:
+        self.p, self.arch, self.ops, self.P = p, arch, list(ops), params
+        self.eps = p.norm_eps
+
+    def _at_site(self, op: str) -> bool:
+        return self.arch.site_op == op
+
+    # the ops that may be the site's --------------------------------------------------------------------------
+
+    def _norm(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        if self._at_site("norm"):
+            return torch.stack([o.norm(x[m], w[m], self.eps) for m, o in enumerate(self.ops)])
+        return rmsnorm(x, w[:, None, None, :], self.eps)
+
+    def _add_norm(self, a: torch.Tensor, r: torch.Tensor, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if self._at_site("add_norm"):
+            pairs = [o.add_norm(a[m], r[m], w[m], self.eps) for m, o in enumerate(self.ops)]
+            return torch.stack([y for y, _ in pairs]), torch.stack([s for _, s in pairs])
+        s = r + a
+        return self._norm(s, w), s
+
+    def _linear(self, x: torch.Tensor, name: str, act: Act, at_site: bool) -> torch.Tensor:
+        w, b = self.P[name + ".weight"], self.P.get(name + ".bias")
+        if at_site:
+            return torch.stack([o.linear(x[m], w[m], None if b is None else b[m], act) for m, o in enumerate(self.ops)])
+        return TRUSTED.linear(x, w, None if b is None else b[:, None, None, :], act)
+
+    def _glu(self, x: torch.Tensor, pre: str) -> torch.Tensor:
+        wg, wu, act = self.P[pre + "gate.weight"], self.P[pre + "up.weight"], self.arch.act
+        if self._at_site("glu"):
+            return torch.stack([o.glu(x[m], wg[m], wu[m], act) for m, o in enumerate(self.ops)])
+        return TRUSTED.glu(x, wg, wu, act)
+
+    def _softmax(self, scores: torch.Tensor) -> torch.Tensor:
+        """scores [K, batch, heads, queries, keys]."""
+        if self._at_site("softmax"):
+            return torch.stack([o.softmax(scores[m]) for m, o in enumerate(self.ops)])
+        return TRUSTED.softmax(scores)
+
+    def _rope(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """q, k [K, batch, tokens, heads, head_dim]."""
+        assert self.arch.rope is not None
+        pos = rope_positions(q.shape[1], q.shape[2], self.p, q.device)
+        theta = self.arch.rope_theta or self.p.rope_theta
+        if self._at_site("rope"):
+            pairs = [o.rope(q[m], k[m], pos, theta, self.arch.rope) for m, o in enumerate(self.ops)]
+            return torch.stack([a for a, _ in pairs]), torch.stack([b for _, b in pairs])
+        return TRUSTED.rope(q, k, pos, theta, self.arch.rope)
+
+    # the layers ------------------------------------------------------------------------------------------------
+
+    def _attention(self, x: torch.Tensor, pre: str) -> torch.Tensor:
+        k, b, t, d = x.shape
+        h, hkv = self.p.n_heads, self.p.kv_heads
+        dh = d // h
+        q, kk, v = TRUSTED.linear(x, self.P[pre + "qkv.weight"], None, "none").split(
+            [h * dh, hkv * dh, hkv * dh], dim=-1
+        )
+        if self.arch.rope is not None:
+            q, kk = self._rope(q.reshape(k, b, t, h, dh), kk.reshape(k, b, t, hkv, dh))
+        q, kk, v = (z.reshape(k * b, t, n, dh).transpose(1, 2) for z, n in ((q, h), (kk, hkv), (v, hkv)))
+        if hkv != h:
+            kk, v = (z.repeat_interleave(h // hkv, dim=1) for z in (kk, v))
+        if self.arch.attention == "softmax":
+            scores = (q @ kk.transpose(-1, -2)) * attention_scale(dh)
+            scores = scores.masked_fill(causal_mask(t, x.device), -torch.inf)
+            a = self._softmax(scores.reshape(k, b, h, t, t)).reshape(k * b, h, t, t) @ v
+        else:
+            a = F.scaled_dot_product_attention(q, kk, v, is_causal=True)
+        return TRUSTED.linear(a.transpose(1, 2).reshape(k, b, t, d), self.P[pre + "proj.weight"], None, "none")
+
+    def _mlp(self, x: torch.Tensor, pre: str) -> torch.Tensor:
+        a = self.arch
+        u = self._glu(x, pre) if a.mlp == "glu" else self._linear(x, pre + "fc1", a.act, a.linear_at == "fc1")
+        return self._linear(u, pre + "fc2", "none", a.linear_at == "fc2")
+
+    def _embed(self, ids: torch.Tensor) -> torch.Tensor:
+        tables = self.P["tok_emb"]
+        if self.arch.emb_norm:
+            ws = self.P["emb_norm"]
+            return torch.stack([o.embed_norm(ids, tables[m], ws[m], self.eps) for m, o in enumerate(self.ops)])
+        return torch.stack([o.embed(ids, tables[m]) for m, o in enumerate(self.ops)])
+
+    def hidden(self, ids: torch.Tensor) -> torch.Tensor:
+        """[K, batch, tokens, d_model]: the normalised last hidden state the head reads."""
+        P, n = self.P, self.p.n_layers
+        h = self._embed(ids)
+        if self.arch.post_norm:
+            for i in range(n):
+                h = self._add_norm(self._attention(h, f"blocks.{i}."), h, P[f"blocks.{i}.norm1"])[0]
+                h = self._add_norm(self._mlp(h, f"blocks.{i}."), h, P[f"blocks.{i}.norm2"])[0]
+            return h
+        x, r = self._norm(h, P["blocks.0.norm1"]), h
+        for i in range(n):
+            x, r = self._add_norm(self._attention(x, f"blocks.{i}."), r, P[f"blocks.{i}.norm2"])
+            after = P[f"blocks.{i + 1}.norm1"] if i + 1 < n else P["final_norm"]
+            x, r = self._add_norm(self._mlp(x, f"blocks.{i}."), r, after)
+        return x
+
+    def logits(self, ids: torch.Tensor) -> torch.Tensor:
+        return TRUSTED.linear(self.hidden(ids), self.P["head.weight"], None, "none")
+
+    def losses(self, seq: torch.Tensor) -> torch.Tensor:
+        """seq: [batch, T+1] token ids, the same for every member; [K] next-token losses."""
+        ids, targets = seq[:, :-1], seq[:, 1:]
+        flat = targets.reshape(-1)
+        return torch.stack([o.loss(lg.reshape(-1, lg.shape[-1]), flat) for o, lg in zip(self.ops, self.logits(ids))])
