@@ -54,6 +54,8 @@ CASES: list[tuple[str, str, str]] = [
     ("rope", "pytorch_bf16_inv_freq", "fail"),
     ("rope", "pytorch_fp32_angles", "any"),
     ("rope", "pytorch_fp64_angles", "pass"),
+    ("attention_forward", "pytorch_bf16_accumulator", "any"),
+    ("attention_forward", "pytorch_fp32", "pass"),
 ]
 
 
@@ -104,7 +106,12 @@ def render(env: dict[str, Any], rows: list[dict[str, Any]]) -> str:
         f"{p['name']} profile with every null trained, no parent cache). Gap: mean paired held-out loss gap over the "
         "checkpoints (submission - reference, nats); band: the largest |gap| of the 1-ulp null runs; limit: "
         f"max(3 x band, {p['loss_floor']}); fidelity: the kernel's worst error on the op's real arguments along the "
-        "reference's SGD run, as a multiple of the ideal output's (fails above 4).\n\n" + table(rows)
+        "reference's SGD run, as a multiple of the ideal output's (fails above 4).\n\n"
+        + "".join(
+            f"Rows of {', '.join(r['problems'])} added by `{r['command']}` ({r['date']}).\n\n"
+            for r in env.get("added", [])
+        )
+        + table(rows)
     )
 
 

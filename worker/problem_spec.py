@@ -76,12 +76,18 @@ class ProbeSpec(BaseModel):
         return self.gpu_axes if (profile == "gpu" and self.gpu_axes) else self.axes
 
 
+# the canary's sites (worker.canary.binding.Site): named here, where the service reads audit.json without torch
+CanarySite = Literal[
+    "embedding", "embedding_norm", "norm", "loss", "linear", "glu", "add_norm", "softmax", "rope", "attention"
+]
+
+
 class CanarySpec(BaseModel):
     """Where the op sits in the canary's model (worker.canary.matching); without it the site is matched from the
     definition's signature and reference. "none": this op has no canary."""
 
     model_config = ConfigDict(extra="forbid")
-    site: Literal["embedding", "embedding_norm", "norm", "loss", "linear", "glu", "add_norm", "softmax", "rope", "none"]
+    site: CanarySite | Literal["none"]
 
 
 class AuditSpec(BaseModel):

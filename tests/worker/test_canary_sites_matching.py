@@ -67,9 +67,9 @@ MATCHED = {
     "softmax": ("softmax", {}),
     "attention_softmax": ("softmax", {}),
     "rope": ("rope", {"rope_layout": "neox", "rope_theta": None}),
+    "attention_forward": ("attention", {"heads_first": True}),
 }
 NO_SITE = (
-    "attention_forward",
     "cumsum",
     "layernorm_forward",
     "log_softmax",
@@ -111,7 +111,7 @@ def test_definitions_that_fit_no_site_say_why_for_each_site(catalogue: Catalogue
     found = _match(catalogue.get(name).definition)
     assert found.binding is None
     assert found.how.startswith("fits no canary site (")
-    for site in ("linear:", "glu:", "add_norm:", "softmax:", "rope:"):
+    for site in ("linear:", "glu:", "add_norm:", "softmax:", "rope:", "attention:"):
         assert site in found.how
 
 
@@ -179,6 +179,32 @@ def test_layouts_the_signature_cannot_tell_are_read_from_the_reference() -> None
     )
     found = _match(x_at_w)
     assert found.binding is not None and found.binding.site == "linear" and found.binding.options.weight_in_out
+
+
+def test_an_attention_with_tokens_before_heads_and_its_own_kv_heads() -> None:
+    """[batch, tokens, heads, head_dim] with fewer key/value heads: the layout is read from the reference, and the
+    model gets grouped-query attention."""
+    d = _definition(
+        "gqa_bthd",
+        {"b": None, "t": None, "h": None, "hkv": None, "d": None},
+        {
+            "q": (["b", "t", "h", "d"], "bfloat16"),
+            "k": (["b", "t", "hkv", "d"], "bfloat16"),
+            "v": (["b", "t", "hkv", "d"], "bfloat16"),
+        },
+        {"o": (["b", "t", "h", "d"], "bfloat16")},
+        "import torch\n\ndef run(q, k, v):\n"
+        "    q, k, v = (x.float().transpose(1, 2) for x in (q, k, v))\n"
+        "    r = q.shape[1] // k.shape[1]\n"
+        "    k, v = k.repeat_interleave(r, dim=1), v.repeat_interleave(r, dim=1)\n"
+        "    o = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)\n"
+        "    return o.transpose(1, 2).to(torch.bfloat16)\n",
+    )
+    found = _match(d)
+    assert found.binding is not None and found.binding.site == "attention"
+    assert found.binding.options.heads_first is False and found.profile.kv_heads == 2
+    not_causal = d.model_copy(update={"reference": d.reference.replace("is_causal=True", "is_causal=False")})
+    assert "attention: the reference does not compute the site's op" in _match(not_causal).how
 
 
 def test_constant_axes_size_the_model_and_a_model_too_large_is_refused() -> None:
@@ -264,6 +290,7 @@ CALLS = {
     "post_add_rmsnorm": 4,
     "softmax": 2,
     "rope": 2,
+    "attention_forward": 2,
 }
 
 
@@ -304,6 +331,7 @@ SHAPES = {
     "add_rmsnorm_fp32_residual": [(TOKENS, D), (TOKENS, D)],
     "softmax": [(P.batch_size * P.n_heads * T, T)],
     "rope": [(TOKENS, P.n_heads, D // P.n_heads), (TOKENS, 2, D // P.n_heads)],  # 2 kv heads: grouped-query
+    "attention_forward": [(P.batch_size, P.n_heads, T, D // P.n_heads)],
 }
 
 

@@ -6,6 +6,7 @@ import dataclasses
 
 import torch
 
+from worker.canary.binding import SITES
 from worker.canary.parent_warm import warm_parent
 from worker.catalogue import Catalogue, load_catalogue
 
@@ -15,7 +16,7 @@ def test_every_canary_site_of_the_catalogue_is_trained_and_the_thread_count_is_l
     before = torch.get_num_threads()
     took = warm_parent(torch.device("cpu"), catalogue, steps=1)
     # the four named in audit.json files, and the newer ones matched from their definitions (worker.canary.matching)
-    assert set(took) == {"embedding", "embedding_norm", "norm", "loss", "linear", "glu", "add_norm", "softmax", "rope"}
+    assert set(took) == set(SITES)
     assert all(s > 0 for s in took.values())
     assert torch.get_num_threads() == before  # the CPU profile trains on one thread; the caller's count comes back
     assert torch.is_grad_enabled()

@@ -25,6 +25,7 @@ SITE_OP: dict[str, str] = {
     "add_norm": "add_norm",
     "softmax": "softmax",
     "rope": "rope",
+    "attention": "attention",
 }
 
 

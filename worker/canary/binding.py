@@ -7,7 +7,7 @@ its site without code here: `indices` -> ids, `grad_output` -> the upstream grad
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Any, get_args
 
 import torch
 from pydantic import BaseModel, ConfigDict
@@ -15,19 +15,10 @@ from pydantic import BaseModel, ConfigDict
 from worker.canary.ops import Act, RopeLayout
 from worker.formats import Definition
 from worker.numerics.dtypes import to_torch
+from worker.problem_spec import CanarySite
 
-Site = Literal["embedding", "embedding_norm", "norm", "loss", "linear", "glu", "add_norm", "softmax", "rope"]
-SITES: tuple[Site, ...] = (
-    "embedding",
-    "embedding_norm",
-    "norm",
-    "loss",
-    "linear",
-    "glu",
-    "add_norm",
-    "softmax",
-    "rope",
-)
+Site = CanarySite
+SITES: tuple[Site, ...] = get_args(Site)
 
 # args in the definition's input order, output specs ({shape, dtype}) in its output order -> outputs
 Kernel = Callable[[list[Any], list[dict[str, Any]]], list[torch.Tensor]]
@@ -55,6 +46,7 @@ class SiteOptions(BaseModel):
     rope_layout: RopeLayout = "neox"
     rope_theta: float | None = None  # a RoPE whose definition fixes its own theta (None: theta is an input)
     weight_in_out: bool = False  # a linear's weight as [in, out] (y = x @ W) instead of [out, in]
+    heads_first: bool = True  # an attention's q, k, v as [batch, heads, tokens, head_dim] (False: tokens first)
 
 
 class OpBinding(BaseModel):

@@ -10,7 +10,7 @@ One block, pre-norm (x is the normalised input of a sublayer, r the residual str
 where add_norm(a, r, w) = (norm(r + a, w), r + a) unless the add_norm site's kernel does both; post-norm:
     h = add_norm(attention(h), h, norm1)[0];  h = add_norm(mlp(h), h, norm2)[0]
 Attention: qkv projection, RoPE on q and k (arch.rope), softmax(q k^T / sqrt(d)) v written out (arch.attention ==
-"softmax") or fused SDPA, output projection. MLP: act(fc1 x) -> fc2, or a GLU act(gate x) * (up x) -> fc2.
+"softmax"), fused SDPA, or the attention site's kernel, output projection. MLP: act(fc1 x) -> fc2, or a GLU act(gate x) * (up x) -> fc2.
 """
 
 from __future__ import annotations
@@ -97,15 +97,22 @@ class Decoder:
         if self.arch.rope is not None:
             q, kk = self._rope(q.reshape(k, b, t, h, dh), kk.reshape(k, b, t, hkv, dh))
         q, kk, v = (z.reshape(k * b, t, n, dh).transpose(1, 2) for z, n in ((q, h), (kk, hkv), (v, hkv)))
-        if hkv != h:
-            kk, v = (z.repeat_interleave(h // hkv, dim=1) for z in (kk, v))
-        if self.arch.attention == "softmax":
-            scores = (q @ kk.transpose(-1, -2)) * attention_scale(dh)
-            scores = scores.masked_fill(causal_mask(t, x.device), -torch.inf)
-            a = self._softmax(scores.reshape(k, b, h, t, t)).reshape(k * b, h, t, t) @ v
-        else:
-            a = F.scaled_dot_product_attention(q, kk, v, is_causal=True)
+        a = self._attend(q, kk, v)
         return TRUSTED.linear(a.transpose(1, 2).reshape(k, b, t, d), self.P[pre + "proj.weight"], None, "none")
+
+    def _attend(self, q: torch.Tensor, kk: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """q [K x batch, heads, tokens, head_dim], kk and v [K x batch, kv_heads, tokens, head_dim]: causal attention."""
+        k, (kb, h, t, dh) = len(self.ops), q.shape
+        if self._at_site("attention"):  # the kernel's: per member, key/value heads as they are
+            qs, ks, vs = (z.reshape(k, kb // k, -1, t, dh) for z in (q, kk, v))
+            return torch.stack([o.attention(qs[m], ks[m], vs[m]) for m, o in enumerate(self.ops)]).reshape(kb, h, t, dh)
+        if kk.shape[1] != h:
+            kk, v = (z.repeat_interleave(h // kk.shape[1], dim=1) for z in (kk, v))
+        if self.arch.attention != "softmax":
+            return F.scaled_dot_product_attention(q, kk, v, is_causal=True)
+        scores = (q @ kk.transpose(-1, -2)) * attention_scale(dh)
+        scores = scores.masked_fill(causal_mask(t, q.device), -torch.inf)
+        return self._softmax(scores.reshape(k, kb // k, h, t, t)).reshape(kb, h, t, t) @ v
 
     def _mlp(self, x: torch.Tensor, pre: str) -> torch.Tensor:
         a = self.arch

@@ -96,6 +96,13 @@ class Ops:
         """Over the last axis (attention scores: [..., queries, keys], masked keys at -inf)."""
         return torch.softmax(scores.float(), dim=-1).to(scores.dtype)
 
+    def attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """Causal softmax(q k^T / sqrt(head_dim)) v; q [..., heads, tokens, head_dim], k and v [..., kv_heads, ...]
+        (grouped-query attention: each key/value head serves heads / kv_heads query heads)."""
+        if k.shape[-3] != q.shape[-3]:
+            k, v = (z.repeat_interleave(q.shape[-3] // k.shape[-3], dim=-3) for z in (k, v))
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
     def rope(
         self, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor, theta: float, layout: RopeLayout
     ) -> tuple[torch.Tensor, torch.Tensor]:

@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from worker.canary.binding import Kernel, OpBinding
-from worker.canary.families import add_norm, glu, linear, rope, softmax
+from worker.canary.families import add_norm, attention, glu, linear, rope, softmax
 from worker.canary.kernel_call import call as _call
 from worker.canary.ops import Act, Ops, RopeLayout, rmsnorm
 
@@ -232,3 +232,8 @@ class KernelOps(Ops):
         if self.b.site == "rope":
             return rope.apply(self.b, self.kernel, q, k, positions, theta)
         return super().rope(q, k, positions, theta, layout)
+
+    def attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        if self.b.site == "attention":
+            return attention.apply(self.b, self.kernel, q, k, v)
+        return super().attention(q, k, v)

@@ -1,6 +1,6 @@
 """The newer canary sites, one module per family of ops: linear (GEMM forward and backward), glu (SwiGLU/GeGLU, with
 or without the projections), add_norm (residual add + RMSNorm, pre- and post-norm), softmax (attention scores) and
-rope (rotary embedding of q and k).
+rope (rotary embedding of q and k) and attention (causal scaled-dot-product attention).
 
 Each module says, for its site: which role every argument of a definition plays (`bind`), which layouts a signature
 could mean (`proposals`, raising CanaryUnsupported with the reason where it fits none), which canary sizes the
@@ -16,7 +16,7 @@ from typing import Any, Protocol
 import torch
 
 from worker.canary.binding import OpBinding, Site, SiteOptions
-from worker.canary.families import add_norm, glu, linear, rope, softmax
+from worker.canary.families import add_norm, attention, glu, linear, rope, softmax
 from worker.canary.profiles import CanaryProfile
 from worker.formats import Definition
 
@@ -36,7 +36,7 @@ class Family(Protocol):
 
 
 # in the order matching tries them
-FAMILIES: dict[Site, Family] = {m.SITE: m for m in (linear, glu, add_norm, softmax, rope)}
+FAMILIES: dict[Site, Family] = {m.SITE: m for m in (linear, glu, add_norm, softmax, rope, attention)}
 
 
 def bind_family(site: Site, d: Definition, options: SiteOptions) -> OpBinding:

@@ -21,7 +21,7 @@ from worker.canary.families.common import (
     normal,
     outputs,
     scalar_roles,
-    source,
+    require,
     tensors,
     token_count,
 )
@@ -70,9 +70,7 @@ def bind(d: Definition, options: SiteOptions) -> OpBinding:
 
 def proposals(d: Definition) -> list[SiteOptions]:
     _roles(d)
-    text = source(d)
-    if not any(w in text for w in ("rsqrt", "sqrt", "rms_norm", "norm(")):
-        raise CanaryUnsupported("the reference computes no root mean square")
+    require(d, ("rsqrt", "sqrt", "rms_norm", "norm("), "root mean square")
     return [SiteOptions()]
 
 

@@ -66,6 +66,15 @@ def source(d: Definition) -> str:
     return "\n".join(line.split("#", 1)[0] for line in d.reference.splitlines())
 
 
+def require(d: Definition, words: tuple[str, ...], missing: str) -> str:
+    """The reference's source, where it has one of `words`; else CanaryUnsupported("the reference computes no " +
+    missing): the signature may fit, but nothing in the reference computes the site's op."""
+    text = source(d)
+    if not any(w in text for w in words):
+        raise CanaryUnsupported(f"the reference computes no {missing}")
+    return text
+
+
 def make(site: Site, d: Definition, ins: dict[str, str], outs: dict[str, str], options: SiteOptions) -> OpBinding:
     """The binding, every argument in the definition's order with its role (`ins`/`outs`: name -> role)."""
     problems = [f"input '{k}' has no role at site {site}" for k in d.inputs if k not in ins]

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from worker.canary.binding import CanaryUnsupported, Kernel, OpBinding, Site, SiteOptions
-from worker.canary.families.common import const, flat, inputs, make, normal, outputs, source
+from worker.canary.families.common import const, flat, inputs, make, normal, outputs, require
 from worker.canary.kernel_call import call
 from worker.canary.ops import Ops, causal_mask
 from worker.canary.profiles import CanaryProfile
@@ -38,9 +38,7 @@ def bind(d: Definition, options: SiteOptions) -> OpBinding:
 
 def proposals(d: Definition) -> list[SiteOptions]:
     _check(d)
-    text = source(d)
-    if "softmax" not in text and "exp" not in text:
-        raise CanaryUnsupported("the reference computes no softmax or exp")
+    require(d, ("softmax", "exp"), "softmax or exp")
     return [SiteOptions()]
 
 

@@ -73,5 +73,7 @@ def _run(ctx: AuditContext, p: CanaryProfile, binding: OpBinding, site_how: str)
     curves = loss_curves(plan, parent, submission, losses)
     sgd_states = parent["sgd"].states if "sgd" in parent else {}
     fid = gradient_fidelity(ctx, plan, sandbox, sgd_states)
-    judgement = Judgement(losses, nulls_trained, fid, max_ratios(ctx.problem.spec.budgets, binding))
+    # a forward op's fidelity check judges its output; a backward op's (or a loss's grad_logits), its gradient
+    checked = "gradient" if any(o.role.startswith("grad") for o in binding.outputs) else "output"
+    judgement = Judgement(losses, nulls_trained, fid, max_ratios(ctx.problem.spec.budgets, binding), checked)
     return report(plan, judgement, curves)

@@ -25,6 +25,7 @@ class Judgement:
     nulls_trained: bool  # False: every gap was within the floor, which no null can lower (CanaryProfile.lazy_nulls)
     fidelity: list[judge.BucketFidelity]
     max_ratio: dict[str, float]  # per output, its fidelity budget
+    checked: str = "gradient"  # what the fidelity check judged: the op's "gradient", or a forward op's "output"
 
     @property
     def fid_bad(self) -> list[judge.BucketFidelity]:
@@ -98,7 +99,7 @@ def _summary(j: Judgement) -> str:
     w = judge.worst(j.fidelity)
     if w is not None:
         parts.append(
-            f"worst gradient bucket {w.output}[{w.bucket} contributions] {w.ratio:.1f}x the ideal error at step {w.step}"
+            f"worst {j.checked} bucket {w.output}[{w.bucket} contributions] {w.ratio:.1f}x the ideal error at step {w.step}"
         )
     fid_bad, loss_bad = j.fid_bad, j.loss_bad
     if not (fid_bad or loss_bad):
@@ -107,7 +108,7 @@ def _summary(j: Judgement) -> str:
     if fid_bad:
         f0 = max(fid_bad, key=lambda f: f.ratio)
         why.append(
-            f"the op's gradient on real text is {f0.ratio:.1f}x the ideal error ({f0.output}, rows with {f0.bucket} contributions, "
+            f"the op's {j.checked} on real text is {f0.ratio:.1f}x the ideal error ({f0.output}, rows with {f0.bucket} contributions, "
             f"rel err {f0.kernel_rel_err:.2e} vs {f0.ideal_rel_err:.2e}; budget {j.max_ratio[f0.output]:g}x)"
         )
     for lj in loss_bad:
