@@ -414,7 +414,7 @@ def submission_fragment(
 
 
 async def unknown_address(request: Request) -> Response:
-    """A browser gets the site's 404 page; any other client the API's JSON 404, as before."""
+    """A browser gets the site's 404 page; any other client the API's JSON 404."""
     if "text/html" in request.headers.get("accept", ""):
         return await error_page(request, 404)
     return error_response(404, "Not Found")

@@ -70,7 +70,7 @@ class Attempt(AuditView):
 
 
 class SubmissionStatus(AuditView):
-    """The latest attempt's fields at top level (as before), and every attempt, oldest first, in `attempts`."""
+    """The latest attempt's fields at top level (what single-attempt clients read), and every attempt, oldest first, in `attempts`."""
 
     id: str
     problem: str

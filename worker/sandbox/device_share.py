@@ -23,7 +23,7 @@ them (`receive_message` with INPUT_KEYS). The parent keeps its exports until the
 What the child could do with them: read inputs it is sent anyway, or write into memory the parent never reads
 again. One thing it could do is hold them: fds it never reads keep the parent's exports allocated. So the parent
 exports a request's inputs only when the child has read the last request's fds (`unread_bytes`: SIOCOUTQ on the
-parent's end); otherwise, and where the send would block, the inputs go through host files as before
+parent's end); otherwise, and where the send would block, the inputs go through host files
 (tests/worker/cheats/exploits/device_share_hoard.py). `KAUDIT_DEVICE_SHARE_INPUTS=0` keeps inputs on the host.
 
 Only the CPU-side Python and ctypes are used, no new dependency: `libcuda.so.1` is the driver every CUDA build of
@@ -57,7 +57,7 @@ from worker.sandbox.spill import (
 KEY = "__device__"
 SHARED_KEYS = ("outputs",)  # the child's replies: outputs (inputs after a call go back as digests where they are large)
 INPUT_KEYS = ("args",)  # the parent's requests: inputs it made on the host or on its device (worker.sandbox.runner)
-MAX_FDS = 64  # more device tensors than this in one message go through the host as before
+MAX_FDS = 64  # more device tensors than this in one message go through the host
 
 _HANDLE_POSIX_FD = 1  # CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR
 _ALLOC_PINNED = 1  # CU_MEM_ALLOCATION_TYPE_PINNED
@@ -418,14 +418,14 @@ def available(device: str) -> bool:
         return False
     try:
         _Device.of(torch.device(device))
-    except Exception:  # noqa: BLE001 - any failure here means: outputs through the host, as before
+    except Exception:  # noqa: BLE001 - any failure here means: outputs go through the host instead
         return False
     return True
 
 
 def enabled(device: str) -> bool:
     """Device outputs are shared on a GPU that supports it, unless KAUDIT_DEVICE_SHARE=0 (outputs through host
-    files, as before: for comparisons)."""
+    files: for comparisons)."""
     return os.environ.get("KAUDIT_DEVICE_SHARE", "1") != "0" and available(device)
 
 

@@ -46,7 +46,7 @@ def hello(state: HarnessState, request: HelloRequest) -> HelloReply:
             try:
                 state.exporter = device_share.Exporter(state.device)
                 shared = True
-            except Exception:  # noqa: BLE001 - no export here: outputs go through the host, as before
+            except Exception:  # noqa: BLE001 - no export here: outputs go through the host instead
                 state.exporter = None
     return HelloReply(pid=os.getpid(), torch=str(torch.__version__), device_share=shared)
 

@@ -404,7 +404,7 @@ class Sandbox:
         if self._exporter is None:
             try:
                 self._exporter = device_share.Exporter(torch.device(self.device))
-            except Exception:  # noqa: BLE001 - the driver cannot export here: inputs through the host, as before
+            except Exception:  # noqa: BLE001 - the driver cannot export here: inputs go through the host instead
                 self._share_inputs_failed = True
         return None if self._share_inputs_failed else self._exporter
 

@@ -6,7 +6,7 @@ or three sizes. The first audit that meets a size trains a byte-level BPE and to
 size on a 2-core machine, 0.8-1.0 s on the H200's 16-core host (benchmarks/results/h200-2026-12-03/session10,
 `text_cache_s` in its time-to-verdict files). Done here, before the
 service takes audits (the image build, an operator's `kaudit warm-cache`), no audit pays it. What is built is
-trusted text only, keyed by size on disk (KAUDIT_CACHE_DIR); a size missed here is built on first use as before.
+trusted text only, keyed by size on disk (KAUDIT_CACHE_DIR); a size missed here is built on first use.
 """
 
 from __future__ import annotations
