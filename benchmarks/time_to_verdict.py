@@ -423,19 +423,29 @@ def main() -> int:
         batch: dict[str, Any] = {"summary": {}, "rows": rows}
         batches.append(batch)
 
+        t0 = time.perf_counter()
+
         def record(
-            row: dict[str, Any], rows: list[dict[str, Any]] = rows, n: int = n, order: dict[Any, int] = order
+            row: dict[str, Any],
+            rows: list[dict[str, Any]] = rows,
+            n: int = n,
+            order: dict[Any, int] = order,
+            batch: dict[str, Any] = batch,
+            t0: float = t0,
         ) -> None:
             rows.append(row)
             rows.sort(key=lambda r: order[(r["problem"], r["solution"])])
             print(
                 f"[N={n}] {row['problem']}/{row['solution']}: {row['verdict']} in {row['wall_s']:.1f} s "
                 + " ".join(f"{k}={v}" for k, v in row["stage_s"].items())
-                + ("" if row["matches_expectation"] else "  MISMATCH " + "; ".join(row["mismatches"])),
+                + ("" if row["matches_expectation"] else "  MISMATCH " + "; ".join(row["mismatches"]))
+                + "".join(f"\n    {stage} error: {msg[:300]}" for stage, msg in row["errors"].items()),
                 flush=True,
             )
+            # written after every audit: a batch cut short by its machine's limit still leaves what it finished
+            batch["summary"] = summarise(n, rows, time.perf_counter() - t0, len(todo), None)
+            write()
 
-        t0 = time.perf_counter()
         with FreeMemoryWatch(args.device) as watch:
             run_jobs(
                 timed_audit,
