@@ -24,7 +24,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import torch
 
 from benchmarks.gpu_canary import canary_row
-from worker.canary.profiles import profile_for
+from benchmarks.parallel import run_jobs
+from worker.canary.profiles import CanaryProfile, profile_for
 from worker.catalogue import load_catalogue
 
 # (problem, solution, expected): per site its known-bad example ("fail") and a correct one ("pass"); "any": a
@@ -115,12 +116,23 @@ def render(env: dict[str, Any], rows: list[dict[str, Any]]) -> str:
     )
 
 
+def site_row(
+    problem: str, solution: str, expected: str, seed: int, device: str, profile: CanaryProfile
+) -> dict[str, Any]:
+    """One canary run of one case, as a row (in a worker process of benchmarks.parallel)."""
+    row = {**canary_row(load_catalogue().get(problem), solution, seed, device, profile), "expected": expected}
+    row.pop("curves_heldout", None)
+    return row
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", type=Path, required=True, help="path without suffix: OUT.json and OUT.md")
     ap.add_argument("--seeds", type=int, default=1, help="runs per case, seeds 1..N")
     ap.add_argument("--only", default="", help="comma-separated problem names")
     ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    ap.add_argument("--jobs", type=int, default=1, help="canary runs at once, each in its own process")
+    ap.add_argument("--budget-s", type=float, default=float("inf"), help="stop waiting for runs after this long")
     args = ap.parse_args()
     only = set(filter(None, args.only.split(",")))
     cases = [c for c in CASES if not only or c[0] in only]
@@ -133,20 +145,31 @@ def main() -> None:
         "command": "python benchmarks/canary_sites.py " + " ".join(sys.argv[1:]),
         "profile": profile.model_dump(mode="json"),
     }
-    catalogue = load_catalogue()
     rows: list[dict[str, Any]] = []
-    for seed in range(1, args.seeds + 1):
-        for problem, solution, expected in cases:
-            row = {**canary_row(catalogue.get(problem), solution, seed, args.device, profile), "expected": expected}
-            row.pop("curves_heldout", None)
-            rows.append(row)
-            print(
-                f"{problem}/{solution} seed {seed}: {row['status']} (expected {expected}) "
-                f"gap sgd {_fmt(_pair(row, 'loss_gap', 'sgd'), True)} adamw {_fmt(_pair(row, 'loss_gap', 'adamw'), True)} "
-                f"fidelity {row.get('fidelity_worst_ratio')} {row['seconds']:.0f} s",
-                flush=True,
-            )
-            args.out.with_suffix(".json").write_text(json.dumps({"environment": env, "rows": rows}, indent=1))
+    order = {
+        (p, s, seed): i
+        for i, (seed, (p, s, _)) in enumerate((seed, c) for seed in range(1, args.seeds + 1) for c in cases)
+    }
+
+    def record(row: dict[str, Any]) -> None:
+        rows.append(row)
+        rows.sort(key=lambda r: order[(r["problem"], r["solution"], r["seed"])])
+        print(
+            f"{row['problem']}/{row['solution']} seed {row['seed']}: {row['status']} (expected {row['expected']}) "
+            f"gap sgd {_fmt(_pair(row, 'loss_gap', 'sgd'), True)} adamw {_fmt(_pair(row, 'loss_gap', 'adamw'), True)} "
+            f"fidelity {row.get('fidelity_worst_ratio')} {row['seconds']:.0f} s",
+            flush=True,
+        )
+        args.out.with_suffix(".json").write_text(json.dumps({"environment": env, "rows": rows}, indent=1))
+
+    # each run in its own process (benchmarks.parallel), --jobs at once: a canary's verdict does not depend on timing
+    run_jobs(
+        site_row,
+        [(p, s, e, seed, args.device, profile) for seed in range(1, args.seeds + 1) for p, s, e in cases],
+        workers=args.jobs,
+        budget_s=args.budget_s,
+        on_result=record,
+    )
     args.out.with_suffix(".md").write_text(render(env, rows))
 
 

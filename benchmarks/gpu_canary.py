@@ -51,14 +51,14 @@ CASES: list[tuple[str, str, str]] = [
     ("rmsnorm_backward", "triton_bf16_partials", "any"),
     ("rmsnorm_backward", "pytorch_hf_bf16_terms", "any"),
 ]
-# repeated audits of correct kernels (fresh seed each): the embedding sites first, where training is most sensitive
+# repeated audits of correct kernels (fresh seed each), one per site: the embedding sites first, where training is most
+# sensitive, then the norm, the loss and a GEMM's backward (the linear site)
 REPEAT_CORRECT: list[tuple[str, str]] = [
     ("embedding_backward", "triton_fp32"),
     ("embedding_rmsnorm_backward", "triton_fp32"),
-    ("embedding_backward", "pytorch_fp32"),
-    ("embedding_rmsnorm_backward", "pytorch_fp32"),
     ("rmsnorm_backward", "triton"),
     ("cross_entropy", "triton"),
+    ("linear_backward", "pytorch_fp32"),
 ]
 
 
@@ -135,6 +135,14 @@ def summarise(rows: list[dict[str, Any]], planned: int, jobs: int, started: floa
         "correct_audits": len(correct),
         "false_positives": len(fp),
         "false_positive_rate": (len(fp) / len(correct)) if correct else None,
+        "correct_by_kernel": {
+            key: {
+                "audits": sum(1 for r in correct if f"{r['problem']}/{r['solution']}" == key),
+                "false_positives": sum(1 for r in fp if f"{r['problem']}/{r['solution']}" == key),
+                "site": next((r.get("site") for r in correct if f"{r['problem']}/{r['solution']}" == key), None),
+            }
+            for key in sorted({f"{r['problem']}/{r['solution']}" for r in correct})
+        },
         "bad_audits": len(bad),
         "bad_caught": len(caught),
         "seconds_per_audit_mean": round(sum(per_audit) / len(per_audit), 1) if per_audit else None,
