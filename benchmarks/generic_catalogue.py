@@ -58,8 +58,9 @@ def in_generic_measurement(problem: Problem, with_curated: bool) -> bool:
     return not problem.curated or with_curated or problem.name in CURATED_AFTER_GENERIC
 
 
-def audit_row(problem_name: str, sname: str, device: str, path: str) -> dict[str, Any]:
-    """One audit: `path` "generic" strips any audit.json and oracle.py; "curated" keeps them (and requires them)."""
+def audit_row(problem_name: str, sname: str, device: str, path: str, canary: bool = False) -> dict[str, Any]:
+    """One audit: `path` "generic" strips any audit.json and oracle.py; "curated" keeps them (and requires them).
+    With `canary`, the canary stage runs too: its site is then matched from the signature alone (worker.canary.matching)."""
     problem = load_catalogue().get(problem_name)
     curated_folder = problem.curated
     if path == "generic" and problem.curated:
@@ -68,7 +69,9 @@ def audit_row(problem_name: str, sname: str, device: str, path: str) -> dict[str
         raise ValueError(f"{problem_name} has no audit.json: nothing curated to audit")
     sol = problem.example_solution(sname)
     t0 = time.perf_counter()
-    report = run_audit(problem, sol, device=device, stages=STAGES, seed=secrets.randbits(62))
+    report = run_audit(
+        problem, sol, device=device, stages=(*STAGES, "canary") if canary else STAGES, seed=secrets.randbits(62)
+    )
     stages = {s.name: s for s in report.stages}
     probes = stages["probes"].model_dump(mode="json")
     bench = stages["benchmark"]
@@ -92,6 +95,23 @@ def audit_row(problem_name: str, sname: str, device: str, path: str) -> dict[str
         "not_applicable": probes.get("evidence", {}).get("not_applicable"),
         "seed_note": "probe axes and seeds in the probes stage evidence",
         "wall_s": round(time.perf_counter() - t0, 1),
+        **({"canary": canary_cells(stages["canary"].model_dump(mode="json"))} if "canary" in stages else {}),
+    }
+
+
+def canary_cells(stage: dict[str, Any]) -> dict[str, Any]:
+    """What the table and the JSON keep of a canary stage: status, the site and how it matched, the fidelity."""
+    m = stage.get("metrics", {})
+    return {
+        "status": stage["status"],
+        "site": m.get("site"),
+        "site_match": m.get("site_match"),
+        "fidelity_worst_ratio": m.get("fidelity_worst_ratio"),
+        "loss_gap": m.get("loss_gap"),
+        "noise_band": m.get("noise_band"),
+        "loss_threshold": m.get("loss_threshold"),
+        "seconds": stage.get("duration_s"),
+        "summary": str(stage.get("summary", ""))[:400],
     }
 
 
@@ -135,17 +155,32 @@ def _caught(row: dict[str, Any]) -> str:
 
 
 def _table(rows: list[dict[str, Any]], path: str) -> list[str]:
+    canary = any("canary" in r for r in rows)
     lines = [
-        f"| definition | example | benchmark | {path} probes | caught by | worst ratio | outcome | time |",
-        "|---|---|---|---|---|---|---|---|",
+        f"| definition | example | benchmark | {path} probes | caught by | worst ratio | "
+        + ("canary (site, fidelity x ideal) | " if canary else "")
+        + "outcome | time |",
+        "|---|---|---|---|---|---|---|---|" + ("---|" if canary else ""),
     ]
     for r in rows:
         caught = _caught(r)
         lines.append(
             f"| {r['definition']} | {r['example']} | {r['benchmark']} | {probes_status(r)} | {caught or '-'} | "
-            f"{ratio_cell(r)} | {verdict_cell(r)} | {r['wall_s']} s |"
+            f"{ratio_cell(r)} | "
+            + (f"{canary_cell(r)} | " if canary else "")
+            + f"{verdict_cell(r)} | {r['wall_s']} s |"
         )
     return lines
+
+
+def canary_cell(row: dict[str, Any]) -> str:
+    c = row.get("canary")
+    if c is None:
+        return "-"
+    if c["status"] == "skipped":
+        return "skipped"
+    fid = c.get("fidelity_worst_ratio")
+    return f"{c['status']} ({c.get('site') or '?'}, {'-' if fid is None else f'{fid:.3g}x'}, {c.get('seconds') or 0:.1f} s)"
 
 
 def markdown(rows: list[dict[str, Any]], header: str) -> str:
@@ -202,6 +237,7 @@ def main() -> int:
     )
     ap.add_argument("--only", default=None, help="comma-separated definitions")
     ap.add_argument("--jobs", type=int, default=1)
+    ap.add_argument("--canary", action="store_true", help="run the canary stage too (site matched from the signature)")
     ap.add_argument("--budget-s", type=float, default=float("inf"))
     ap.add_argument("--out", type=Path, required=True, help="markdown file; the JSON rows go beside it")
     ap.add_argument(
@@ -213,7 +249,7 @@ def main() -> int:
         ap.error(f"--paths takes a comma-separated subset of {','.join(PATHS)}")
     catalogue = load_catalogue()
     only = set(args.only.split(",")) if args.only else None
-    jobs = plan_jobs(catalogue, args.device, paths, only, args.with_curated)
+    jobs = [(*j, args.canary) for j in plan_jobs(catalogue, args.device, paths, only, args.with_curated)]
     rows: list[dict[str, Any]] = []
     previous = (
         json.loads(args.out.with_suffix(".json").read_text())
@@ -248,7 +284,11 @@ def main() -> int:
     header = (
         previous["header"]
         if previous is not None
-        else (f"# {title} ({machine})\n\nStages {','.join(STAGES)}; " + "; ".join(scope) + ".")
+        else (
+            f"# {title} ({machine})\n\nStages {','.join((*STAGES, 'canary') if args.canary else STAGES)}; "
+            + "; ".join(scope)
+            + "."
+        )
     )
 
     def write() -> None:
@@ -273,6 +313,14 @@ def main() -> int:
     print(
         f"{len(rows)} audits; {len(missed)} known-bad missed; {len(false_pos)} correct examples flagged; {unfinished} unfinished"
     )
+    if args.canary:
+        ran = [r for r in rows if r.get("canary", {}).get("status") not in (None, "skipped")]
+        canary_fp = [r for r in ran if not r["known_bad"] and r["canary"]["status"] != "passed"]
+        print(
+            f"canary: ran for {len(ran)} of {len(rows)} audits "
+            f"({len({r['definition'] for r in ran})} of {len({r['definition'] for r in rows})} definitions); "
+            f"{len(canary_fp)} correct examples flagged by it"
+        )
     return 0
 
 
