@@ -1,0 +1,74 @@
+"""What the measurement scripts write from their rows: the generic catalogue's canary column, the matrix plot."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from benchmarks.canary_matrix_plot import worst_by_bucket
+from benchmarks.generic_catalogue import canary_cell, markdown
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _row(**extra: object) -> dict[str, object]:
+    return {
+        "definition": "linear_backward",
+        "example": "pytorch_fp32",
+        "known_bad": False,
+        "benchmark": "passed",
+        "generic_probes": "passed",
+        "caught_by": [],
+        "worst_ratio": 1.0,
+        "probes_summary": "p",
+        "benchmark_summary": "b",
+        "wall_s": 3.0,
+        **extra,
+    }
+
+
+def test_the_canary_column_shows_status_site_fidelity_and_time_and_appears_only_when_run() -> None:
+    ran = _row(canary={"status": "failed", "site": "linear", "fidelity_worst_ratio": 11.34, "seconds": 4.25})
+    skipped = _row(example="pytorch_other", canary={"status": "skipped", "site": None})
+    assert canary_cell(ran) == "failed (linear, 11.3x, 4.2 s)"
+    assert canary_cell(skipped) == "skipped"
+    with_canary = markdown([ran, skipped], "# t")
+    assert "canary (site, fidelity x ideal)" in with_canary and "failed (linear, 11.3x, 4.2 s)" in with_canary
+    without = markdown([_row()], "# t")
+    assert "canary (site" not in without
+    # every table row has as many cells as its header
+    for text in (with_canary, without):
+        table = [ln for ln in text.splitlines() if ln.startswith("|")]
+        assert len({ln.count("|") for ln in table}) == 1
+
+
+def test_the_matrix_plot_reads_the_worst_ratio_per_contribution_bucket_and_drops_exact_buckets() -> None:
+    row = {
+        "fidelity": [
+            {"step": 0, "bucket": "1", "ratio": 0.0},
+            {"step": 0, "bucket": "512-4095", "ratio": 12.0},
+            {"step": 50, "bucket": "512-4095", "ratio": 22.9},
+            {"step": 50, "bucket": "8-63", "ratio": 3.7},
+            {"step": 0, "bucket": "0", "ratio": 0.0},
+        ]
+    }
+    assert worst_by_bucket(row) == {512: 22.9, 8: 3.7}
+
+
+def test_the_recorded_h200_matrix_shows_real_text_revealing_what_uniform_ids_mask() -> None:
+    """The README's claim, read off the committed rows: every bf16 run fails on real text and passes on uniform ids."""
+    rows = json.loads((ROOT / "benchmarks/results/h200-2026-12-04/canary_matrix_h200.json").read_text())["rows"]
+    bf16 = [r for r in rows if "bf16" in r["kernel"]]
+    assert {r["text"] for r in bf16} == {"real", "uniform"}
+    for r in bf16:
+        assert r["status"] == ("failed" if r["text"] == "real" else "passed"), r["kernel"]
+    for r in rows:
+        if "fp32" in r["kernel"]:
+            assert r["status"] == "passed"
+
+
+@pytest.mark.parametrize("bucket", ["", "none", "0"])
+def test_buckets_without_contributions_are_not_plotted(bucket: str) -> None:
+    assert worst_by_bucket({"fidelity": [{"bucket": bucket, "ratio": 5.0}]}) == {}
