@@ -18,6 +18,7 @@ import torch
 from worker.canary.binding import CanaryUnsupported, OpBinding
 from worker.canary.profiles import CanaryProfile, profile_for
 from worker.context import AuditContext
+from worker.numerics.device_slots import SlotSettings, device_slot
 from worker.stages.canary.fidelity import gradient_fidelity, max_ratios
 from worker.stages.canary.losses import judge_losses
 from worker.stages.canary.plan import choose_site, make_plan
@@ -56,7 +57,13 @@ def run(ctx: AuditContext, profile: CanaryProfile | None = None) -> StageResult:
     if p.threads:
         torch.set_num_threads(p.threads)
     try:
-        return _run(ctx, p, site.binding, site.how)
+        # the training holds most of the canary's memory: only SlotSettings.canary_slots train at once on a GPU
+        with device_slot(ctx.device, "canary", SlotSettings.from_env().canary_slots) as waited:
+            if waited > 0.05:
+                ctx.progress(f"canary: waited {waited:.1f} s for a training slot on {ctx.device}")
+            result = _run(ctx, p, site.binding, site.how)
+        result.metrics["slot_wait_s"] = round(waited, 3)
+        return result
     finally:
         torch.set_num_threads(previous)
 
