@@ -1,7 +1,8 @@
 """The curated probes of layernorm_forward and rope: what the generic path missed, caught on the CPU.
 
 The generic probes passed the one-pass-variance LayerNorm (rows with |mean| 100 x std only) and the fp32-angle
-RoPE (positions within the workloads' 8k range): benchmarks/results/generic_catalogue_cpu.md. The curated
+RoPE (positions within the workloads' 8k range): benchmarks/results/generic_catalogue_cpu.md (the generic
+large_offset and free_axis probes catch both since: tests/worker/test_generic_offset_free_axis.py). The curated
 audit.json of each models the real-use failure (rows with |mean| 1e2-1e4 x std; positions up to 1M). Here the
 real probes stage runs each example in its sandbox child against the folder's fp64 oracle.py: the known-bad
 examples fail exactly the probes that model their flaw, the correct ones pass every probe. Also: the two new

@@ -1,6 +1,8 @@
 """What each input of an uncurated definition is, read from its names, dtypes, shapes and descriptions.
 
-- float tensors: activations/weights, swept in scale;
+- float tensors: activations/weights, swept in scale; those of rank >= 2 not named or described as parameters
+  (weight, gamma, beta, bias, an embedding table) are activations: rows of a batch, which real models shift by
+  a large per-row offset (the large-offset probe);
 - integer tensors that are token ids, indices or targets (by a declared `role`, or by name or
   description), with the axis their values index (`high_axis`: declared, named in the description
   or the constraints, or the one axis whose name says vocabulary/classes/experts/rows);
@@ -26,6 +28,9 @@ _ID_WORDS = re.compile(r"(^|_)(ids?|idx|indices|index|tokens?|targets?|labels?|c
 _ID_DESC = re.compile(r"\b(token ids?|indices|index|targets?|labels?|class ids?|expert ids?|vocab\w*)\b", re.I)
 _HIGH_WORDS = re.compile(r"vocab|num_embeddings|num_classes|classes|num_experts|experts|num_rows|table", re.I)
 _PAD_WORDS = re.compile(r"pad|ignore", re.I)
+# a float tensor named or described so is a model parameter, not an activation (w_gate, gamma, "the embedding table")
+_PARAM_WORDS = re.compile(r"(^|_)(weights?|w|gamma|beta|bias|table|embeddings?|params?)($|_)", re.I)
+_PARAM_DESC = re.compile(r"\b(weights?|gamma|beta|bias|parameters?|embedding table)\b", re.I)
 
 
 class InputRole(BaseModel):
@@ -34,6 +39,9 @@ class InputRole(BaseModel):
     why: str
     high_axis: str | None = Field(None, description="ids: the axis their values index")
     tied_axis: str | None = Field(None, description="scalars: the axis whose value they must equal")
+    activation: bool | None = Field(
+        None, description="float tensors: rows of a batch (rank >= 2, not named or described as a parameter)"
+    )
 
 
 def _text(spec: TensorSpec) -> str:
@@ -49,6 +57,18 @@ def _axis_in(text: str, axes: list[str]) -> str | None:
         if re.search(rf"\b{re.escape(axis)}\b", text):
             return axis
     return None
+
+
+def _activation(name: str, spec: TensorSpec) -> tuple[bool, str]:
+    """Whether a float tensor holds activations (rows of a batch) rather than parameters, and why: a parameter's
+    rows (a weight's output features, a table's entries) do not drift by a shared per-row offset as activations do."""
+    if len(spec.shape or []) < 2:
+        return False, "rank < 2: a vector or a scalar tensor, not rows of activations"
+    if _PARAM_WORDS.search(name):
+        return False, "named as a parameter (weight, gamma, beta, bias, table)"
+    if _PARAM_DESC.search(spec.description or ""):
+        return False, "described as a parameter"
+    return True, "activations (rank >= 2, not named or described as a parameter)"
 
 
 def _high_axis(definition: Definition, name: str, spec: TensorSpec) -> tuple[str | None, str]:
@@ -108,7 +128,8 @@ def classify(definition: Definition, base: Workload) -> dict[str, InputRole]:
                 tied_axis=tied,
             )
         elif dtype.is_floating_point:
-            roles[name] = InputRole(name=name, role="float", why=f"{spec.dtype} tensor")
+            act, how = _activation(name, spec)
+            roles[name] = InputRole(name=name, role="float", why=f"{spec.dtype} tensor, {how}", activation=act)
         elif dtype == torch.bool:
             roles[name] = InputRole(name=name, role="bool", why="bool tensor (mask): made as the workload makes it")
         else:

@@ -148,3 +148,44 @@ def jittered_keeping_divisibility(
             picks = torch.randint(0, len(options), (TRIES,), generator=gen).tolist()
             cands[axis] = [options[i] for i in picks]
     return _greedy(definition, var_axes, gen, cands)
+
+
+FREE_AXIS_TARGET = 2**20  # a 1M-token context: positions where fp32 index arithmetic (pos * inv_freq) loses precision
+
+
+def free_axes(definition: Definition, var_axes: dict[str, int]) -> list[str]:
+    """The var axes that size no input or output tensor (not even through an expr axis): they reach the inputs only
+    through a workload's custom generator or the constraints (`positions < max_position`), so the scale and shape
+    probes never move them far, and whatever they bound (positions, offsets) stays at the benchmark's sizes."""
+    tensors = [*definition.inputs.values(), *definition.outputs.values()]
+    tensors = [s for s in tensors if not s.is_scalar]
+    try:
+        axes = definition.resolve_axes(var_axes)
+    except (ValueError, ZeroDivisionError):
+        return []
+    shapes = [definition.shape_of(s, axes) for s in tensors]
+    free = []
+    for axis, v in var_axes.items():
+        try:  # doubled: a shape that depends on the axis changes (an expr axis too), whatever divides it
+            moved = definition.resolve_axes({**var_axes, axis: 2 * v})
+        except (ValueError, ZeroDivisionError):
+            continue
+        if [definition.shape_of(s, moved) for s in tensors] == shapes:
+            free.append(axis)
+    return free
+
+
+def large_free_axis(
+    definition: Definition, var_axes: dict[str, int], axis: str, gen: torch.Generator, target: int = FREE_AXIS_TARGET
+) -> dict[str, int] | None:
+    """`var_axes` with the free `axis` drawn in [3/4, 1] x `target` (or, where the constraints forbid it, halved
+    until they allow it); None when nothing above the axis's own value in `var_axes` satisfies them. The other axes
+    are kept: a free axis sizes no tensor, so the inputs cost what they did."""
+    base = var_axes[axis]
+    value = target - int(torch.randint(0, target // 4 + 1, (1,), generator=gen))
+    while value > base:
+        trial = {**var_axes, axis: value}
+        if satisfies(definition, trial):
+            return trial
+        value //= 2
+    return None

@@ -9,6 +9,8 @@ plan lists the probes that do not apply and why.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+import re
 
 import torch
 from pydantic import BaseModel, Field
@@ -18,6 +20,7 @@ from worker.generic import shapes
 from worker.generic.roles import InputRole, classify, pad_scalar
 from worker.generic.structure import Structure, infer_structure
 from worker.inputs import build_case
+from worker.numerics.dtypes import to_torch
 from worker.problem_spec import (
     AuditSpec,
     BucketBy,
@@ -34,6 +37,11 @@ MAX_LONG_AXES = 2
 SMALL_CONSTANT = 1e-2  # a float scalar below this is an eps: it matters only where the activations are comparably small
 EPS_MOVE = 100.0  # an eps moves up by this factor (1e-6 -> 1e-4): a kernel that hard-codes the workload's value shows
 SCALE_MOVE = 2.0  # any other float scalar (a scale, an alpha) doubles
+# |row mean| / row std of the large-offset probe: from where a one-pass variance in fp32 starts to lose digits (its
+# error is about ratio^2 * 6e-8 of the variance: 6e-4 at 1e2) to where it loses all of them (6 at 1e4)
+LARGE_OFFSET_RATIOS = (1e2, 1e4)
+# an integer named so holds token positions (or bounds them): real contexts reach 2^20 tokens, the benchmark's do not
+_POSITION_WORDS = re.compile(r"(^|_)(pos|positions?|position_ids|start_pos|timesteps?)($|_)", re.I)
 
 
 def float_scalars(definition: Definition, base: Workload, roles: dict[str, InputRole]) -> dict[str, float]:
@@ -61,6 +69,19 @@ def moved_scalar(value: float) -> float:
     if value == 0.0:
         return 1e-3
     return value * (EPS_MOVE if abs(value) < SMALL_CONSTANT else SCALE_MOVE)
+
+
+def offset_std(dtype: torch.dtype, max_ratio: float) -> float:
+    """The within-row spread of a large-offset draw: 1, or less where the offset (max_ratio spreads, plus the spread's
+    own tail) would not fit the dtype (fp8's 448), so the rows stay finite and only the offset is large."""
+    top = torch.finfo(dtype).max / (2.0 * (max_ratio + 8.0))
+    return min(1.0, top)
+
+
+def position_like(name: str, description: str | None) -> bool:
+    """An integer named or described as token positions (or their bound): a value the probes should push to the
+    positions of a long context."""
+    return bool(_POSITION_WORDS.search(name)) or bool(re.search(r"\bpositions?\b", description or "", re.I))
 
 
 class GenericPlan(BaseModel):
@@ -290,7 +311,118 @@ def derive_plan(
         )
     if not ids:
         skipped.append("id distributions: no integer input is named or described as token ids, indices or targets")
+    # the probes below come after the others so that each seed draws the same axes for those as before them
+    _large_offset_probes(definition, roles, base_axes, gen, add, skipped)
+    _free_axis_probes(definition, roles, base, base_axes, gen, add, skipped)
     spec = AuditSpec(budgets=_budgets(definition, structure, roles, max_ratio), probes=probes)
     return GenericPlan(
         spec=spec, base_workload=base.uuid, base_axes=base_axes, roles=roles, structure=structure, skipped=skipped
     )
+
+
+def _large_offset_probes(
+    definition: Definition,
+    roles: dict[str, InputRole],
+    base_axes: dict[str, int],
+    gen: torch.Generator,
+    add: Callable[..., None],
+    skipped: list[str],
+) -> None:
+    """Rows of each activation input on their own large offset (worker.probes.distributions.offset_rows).
+
+    The `offset:` probe shifts every row by 100 std, where a one-pass variance in fp32 still keeps about 3 digits
+    and a bf16 output hides its error; activations drift further than that (a residual stream's DC component), and
+    from about 1e3 std the cancellation leaves noise. Parameters (weights, gamma, a table) are left alone: their
+    rows are features, not tokens that share a drift."""
+    lo, hi = LARGE_OFFSET_RATIOS
+    for name, r in roles.items():
+        if r.role != "float":
+            continue
+        if not r.activation:
+            skipped.append(f"large_offset:{name}: {r.why.split(', ', 1)[-1]}")
+            continue
+        std = offset_std(to_torch(definition.inputs[name].dtype), hi)
+        add(
+            f"large_offset:{name}",
+            f"each row of '{name}' on its own offset, {lo:g} to {hi:g} times the row's spread (std {std:g}), sign "
+            "random: activations with a large DC component (a residual stream's drift, a feature with a large bias). "
+            "Statistics that cancel, such as a one-pass variance E[x^2] - E[x]^2, lose about ratio^2 * 6e-8 of the "
+            "variance in fp32: noise, or negative, past a ratio of 1e3",
+            shapes.jittered_keeping_divisibility(definition, base_axes, gen),
+            {name: InputGenerator(kind="offset_rows", std=std, min_ratio=lo, max_ratio=hi)},
+        )
+
+
+def _free_axis_probes(
+    definition: Definition,
+    roles: dict[str, InputRole],
+    base: Workload,
+    base_axes: dict[str, int],
+    gen: torch.Generator,
+    add: Callable[..., None],
+    skipped: list[str],
+) -> None:
+    """Free axes drawn large, and position-like integers pushed to a long context's positions.
+
+    A var axis that sizes no tensor (rope's `max_position`) reaches the inputs only through the workload's custom
+    generator or the constraints: the other probes jitter it by 25%, so positions stay as small as the benchmark's
+    and fp32 index arithmetic (angles = position * inv_freq, exact below 2^24 but rounded to 2^-24 of the angle)
+    never shows its error. Here it is drawn near 2^20 (a 1M-token context), or the largest the constraints allow.
+    Without a free axis, an integer scalar or tensor named or described as positions is set near 2^20 directly."""
+    target = shapes.FREE_AXIS_TARGET
+    free = shapes.free_axes(definition, base_axes)
+    for axis in free:
+        axes = shapes.large_free_axis(
+            definition, shapes.jittered_keeping_divisibility(definition, base_axes, gen), axis, gen
+        )
+        if axes is None:
+            skipped.append(f"free_axis:{axis}: no value above the workload's satisfies the constraints")
+            continue
+        add(
+            f"free_axis:{axis}",
+            f"'{axis}' sizes no tensor: it reaches the inputs only through the workload's generator or the "
+            f"constraints (positions below a max_position), so the other probes keep it near the benchmark's "
+            f"{base_axes[axis]}; drawn at {axes[axis]} (a 1M-token context), where positions and offsets get large "
+            "and fp32 index arithmetic (position * inv_freq) rounds the angle by up to 0.03 rad",
+            axes,
+        )
+    if not free:
+        skipped.append("free_axis: every var axis sizes a tensor")
+    pad = pad_scalar(definition, base)
+    for name, r in roles.items():
+        spec = definition.inputs[name]
+        dtype = to_torch(spec.dtype)
+        if dtype.is_floating_point or dtype == torch.bool or not position_like(name, spec.description):
+            continue
+        if r.role not in ("scalar", "int") or r.tied_axis or (pad is not None and pad[0] == name):
+            continue  # ids index a table, a tied scalar follows its axis, a pad id is a sentinel
+        if free:
+            skipped.append(f"large_position:{name}: the free axes {free} bound it through the workload's generator")
+            continue
+        bound = next(
+            (
+                c
+                for c in definition.constraints
+                if re.search(rf"\b{re.escape(name)}\b", c) and set(definition.axes) & set(re.findall(r"\w+", c))
+            ),
+            None,
+        )
+        if bound is not None:
+            skipped.append(f"large_position:{name}: constraint '{bound}' bounds it by an axis")
+            continue
+        if torch.iinfo(dtype).max < target:
+            skipped.append(f"large_position:{name}: {spec.dtype} cannot hold positions near {target}")
+            continue
+        value = target - int(torch.randint(1, target // 8 + 1, (1,), generator=gen))
+        gens = (
+            {name: InputGenerator(kind="scalar", value=value)}
+            if spec.is_scalar
+            else {name: InputGenerator(kind="uniform_int", low=value - target // 8, high=value)}
+        )
+        add(
+            f"large_position:{name}",
+            f"'{name}' holds token positions; set near {target} (a 1M-token context, the benchmark's are far "
+            "shorter): fp32 index arithmetic (position * inv_freq) rounds by up to 0.03 rad there",
+            shapes.jittered_keeping_divisibility(definition, base_axes, gen),
+            gens,
+        )
