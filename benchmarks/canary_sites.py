@@ -57,6 +57,9 @@ CASES: list[tuple[str, str, str]] = [
     ("rope", "pytorch_fp64_angles", "pass"),
     ("attention_forward", "pytorch_bf16_accumulator", "any"),
     ("attention_forward", "pytorch_fp32", "pass"),
+    ("moe_topk_routing", "pytorch_bf16_softmax", "fail"),
+    ("moe_topk_routing", "pytorch_ties_high_id", "any"),
+    ("moe_topk_routing", "pytorch_stable_sort", "pass"),
 ]
 
 

@@ -68,12 +68,12 @@ MATCHED = {
     "attention_softmax": ("softmax", {}),
     "rope": ("rope", {"rope_layout": "neox", "rope_theta": None}),
     "attention_forward": ("attention", {"heads_first": True}),
+    "moe_topk_routing": ("moe_routing", {"moe_renorm": True}),
 }
 NO_SITE = (
     "cumsum",
     "layernorm_forward",
     "log_softmax",
-    "moe_topk_routing",
     "quantize_fp8_per_token",
     "segment_mean",
     "top_k_renorm_probs",
@@ -104,6 +104,8 @@ def test_the_binding_says_which_model_each_site_trains(catalogue: Catalogue) -> 
     assert arch("swiglu").mlp == "glu" and arch("geglu").act == "gelu_tanh"
     assert not arch("fused_add_rmsnorm").post_norm and arch("post_add_rmsnorm").post_norm
     assert arch("softmax").attention == "softmax" and arch("softmax").rope is None and arch("rope").rope == "neox"
+    assert arch("moe_topk_routing").mlp == "moe" and arch("moe_topk_routing").moe_renorm
+    assert all(arch(n).mlp != "moe" for n in MATCHED if n != "moe_topk_routing")
 
 
 @pytest.mark.parametrize("name", NO_SITE)
@@ -111,7 +113,7 @@ def test_definitions_that_fit_no_site_say_why_for_each_site(catalogue: Catalogue
     found = _match(catalogue.get(name).definition)
     assert found.binding is None
     assert found.how.startswith("fits no canary site (")
-    for site in ("linear:", "glu:", "add_norm:", "softmax:", "rope:", "attention:"):
+    for site in ("linear:", "glu:", "add_norm:", "softmax:", "rope:", "attention:", "moe_routing:"):
         assert site in found.how
 
 
@@ -207,6 +209,31 @@ def test_an_attention_with_tokens_before_heads_and_its_own_kv_heads() -> None:
     assert "attention: the reference does not compute the site's op" in _match(not_causal).how
 
 
+def test_an_moe_routing_without_renormalisation_and_with_its_own_expert_count() -> None:
+    """Weights as the softmax gave them (not renormalised over the k), ids first, no k input: the layout is read from
+    the reference, and the constant axes give the model 16 experts, 4 per token. A reference that takes the k
+    smallest logits computes no routing."""
+    d = _definition(
+        "router_e16_k4",
+        {"t": None, "e": 16, "k": 4},
+        {"gate_logits": (["t", "e"], "float32")},
+        {"expert_ids": (["t", "k"], "int32"), "expert_weights": (["t", "k"], "float32")},
+        "import torch\n\ndef run(gate_logits):\n"
+        "    p = torch.softmax(gate_logits.float(), dim=-1)\n"
+        "    w, i = torch.topk(p, 4, dim=-1)\n"
+        "    return i.int(), w\n",
+    )
+    found = _match(d)
+    assert found.binding is not None and found.binding.site == "moe_routing", found.how
+    assert found.binding.options.moe_renorm is False and arch_of(found.binding).moe_renorm is False
+    assert (found.profile.n_experts, found.profile.top_k) == (16, 4)
+    assert [s.role for s in found.binding.outputs] == ["ids", "weights"]
+    smallest = d.model_copy(
+        update={"reference": d.reference.replace("dim=-1)\n    return", "dim=-1, largest=False)\n    return")}
+    )
+    assert "moe_routing: the reference does not compute the site's op" in _match(smallest).how
+
+
 def test_constant_axes_size_the_model_and_a_model_too_large_is_refused() -> None:
     linear = _definition(
         "linear_k128",
@@ -291,6 +318,7 @@ CALLS = {
     "softmax": 2,
     "rope": 2,
     "attention_forward": 2,
+    "moe_topk_routing": 2,
 }
 
 
@@ -332,6 +360,7 @@ SHAPES = {
     "softmax": [(P.batch_size * P.n_heads * T, T)],
     "rope": [(TOKENS, P.n_heads, D // P.n_heads), (TOKENS, 2, D // P.n_heads)],  # 2 kv heads: grouped-query
     "attention_forward": [(P.batch_size, P.n_heads, T, D // P.n_heads)],
+    "moe_topk_routing": [(TOKENS, P.top_k), (TOKENS, P.top_k)],
 }
 
 

@@ -15,6 +15,8 @@ numbers (gaps, noise bands, fidelity) are benchmarks/results/canary_sites_cpu.md
 - rope: q and k at offsets up to 65,536 positions: inv_freq held in bf16 fails (already whole radians off there).
 - attention: SDPA of every layer: the correct example passes. Not caught, and not asked: the catalogue's output
   accumulator in bf16 per 64-key block (one block at this sequence length: 1.4x the ideal error).
+- moe_routing: the router's top-k in an MoE feed-forward (8 experts, 2 per token): the softmax and top-k in the bf16
+  logits' own dtype fails (weights of bf16 precision; near-tied experts swapped).
 """
 
 from __future__ import annotations
@@ -53,6 +55,8 @@ CASES = [
     ("rope", "rope", "pytorch_fp64_angles", "pass"),
     ("rope", "rope", "pytorch_bf16_inv_freq", "fail"),
     ("attention", "attention_forward", "pytorch_fp32", "pass"),
+    ("moe_routing", "moe_topk_routing", "pytorch_stable_sort", "pass"),
+    ("moe_routing", "moe_topk_routing", "pytorch_bf16_softmax", "fail"),
 ]
 
 

@@ -42,7 +42,7 @@ NEW: dict[str, tuple[str, tuple[str, ...]]] = {
     "geglu": ("pytorch_fp32", ("pytorch_exp_ratio_tanh",)),
     "attention_forward": ("pytorch_fp32", ("pytorch_bf16_accumulator",)),
     "gemm_bias_gelu": ("pytorch_fp32", ("pytorch_bf16_split_k",)),
-    "moe_topk_routing": ("pytorch_stable_sort", ("pytorch_ties_high_id",)),
+    "moe_topk_routing": ("pytorch_stable_sort", ("pytorch_ties_high_id", "pytorch_bf16_softmax")),
     "top_k_renorm_probs": ("pytorch_stable_topk", ("pytorch_threshold_keeps_ties",)),
     "quantize_fp8_per_token": ("pytorch_clamped", ("pytorch_no_amax_floor",)),
     "cumsum": ("pytorch_fp32", ("pytorch_bf16_block_carry",)),

@@ -2,7 +2,8 @@
 
 The four original sites train the original model (pre-norm RMSNorm, attention through SDPA, a GELU MLP, no biases),
 so their runs stay what they were. A newer site switches on the part that holds its op: a gated MLP for a GLU, an
-explicit softmax in attention, rotary embeddings on q and k, a post-norm residual, biases on the MLP's projections.
+explicit softmax in attention, rotary embeddings on q and k, a post-norm residual, biases on the MLP's projections, a
+mixture-of-experts feed-forward whose router's top-k routing is the site's op.
 Derived from the binding alone, so the parent and the submission's process build the same model.
 """
 
@@ -26,6 +27,7 @@ SITE_OP: dict[str, str] = {
     "softmax": "softmax",
     "rope": "rope",
     "attention": "attention",
+    "moe_routing": "moe_route",
 }
 
 
@@ -33,7 +35,9 @@ SITE_OP: dict[str, str] = {
 class Arch:
     site_op: str = "embed"
     emb_norm: bool = False  # a norm right after the embedding (the fused embedding+RMSNorm site)
-    mlp: Literal["plain", "glu"] = "plain"  # fc1 -> act -> fc2, or act(gate) * up -> fc2
+    # fc1 -> act -> fc2, or act(gate) * up -> fc2, or a mixture of experts (each fc1 -> act -> fc2) routed top-k
+    mlp: Literal["plain", "glu", "moe"] = "plain"
+    moe_renorm: bool = True  # the MoE's top-k routing weights renormalised to sum to 1
     act: Act = "gelu"
     mlp_bias: bool = False
     linear_at: Literal["fc1", "fc2"] | None = None  # the projection the linear site's kernel computes
@@ -71,6 +75,8 @@ def arch_of(site_or_binding: Site | OpBinding) -> Arch:
         return Arch(site_op="add_norm", post_norm=b is not None and b.role_out("residual") is None)
     if site == "softmax":
         return Arch(site_op="softmax", attention="softmax")
+    if site == "moe_routing":
+        return Arch(site_op="moe_route", mlp="moe", moe_renorm=o.moe_renorm if o is not None else True)
     if site == "rope":
         return Arch(
             site_op="rope",

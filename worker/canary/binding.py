@@ -47,6 +47,9 @@ class SiteOptions(BaseModel):
     rope_theta: float | None = None  # a RoPE whose definition fixes its own theta (None: theta is an input)
     weight_in_out: bool = False  # a linear's weight as [in, out] (y = x @ W) instead of [out, in]
     heads_first: bool = True  # an attention's q, k, v as [batch, heads, tokens, head_dim] (False: tokens first)
+    moe_renorm: bool = (
+        True  # an MoE routing's top-k probabilities renormalised to sum to 1 (False: as softmax gave them)
+    )
 
 
 class OpBinding(BaseModel):

@@ -10,7 +10,8 @@ One block, pre-norm (x is the normalised input of a sublayer, r the residual str
 where add_norm(a, r, w) = (norm(r + a, w), r + a) unless the add_norm site's kernel does both; post-norm:
     h = add_norm(attention(h), h, norm1)[0];  h = add_norm(mlp(h), h, norm2)[0]
 Attention: qkv projection, RoPE on q and k (arch.rope), softmax(q k^T / sqrt(d)) v written out (arch.attention ==
-"softmax"), fused SDPA, or the attention site's kernel, output projection. MLP: act(fc1 x) -> fc2, or a GLU act(gate x) * (up x) -> fc2.
+"softmax"), fused SDPA, or the attention site's kernel, output projection. MLP: act(fc1 x) -> fc2, or a GLU act(gate x) * (up x) -> fc2, or a mixture of experts: the router's
+logits, their top-k routing (arch.mlp == "moe"), and the picked experts' act(fc1 x) -> fc2 summed with its weights.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from worker.canary.arch import Arch
-from worker.canary.ops import Act, Ops, attention_scale, causal_mask, rmsnorm
+from worker.canary.ops import Act, Ops, activation, attention_scale, causal_mask, matmul_t, rmsnorm
 from worker.canary.profiles import CanaryProfile
 
 TRUSTED = Ops()
@@ -114,8 +115,22 @@ class Decoder:
         scores = scores.masked_fill(causal_mask(t, q.device), -torch.inf)
         return self._softmax(scores.reshape(k, kb // k, h, t, t)).reshape(kb, h, t, t) @ v
 
+    def _moe(self, x: torch.Tensor, pre: str) -> torch.Tensor:
+        """x [K, batch, tokens, d_model]: the router's logits, their top-k routing (the site's op, per member), and the
+        k experts' outputs mixed with its weights. Every expert runs on every token (at these sizes one batched
+        product beats a gather per expert; an expert's output where it was not picked gets no gradient)."""
+        logits = matmul_t(x, self.P[pre + "router.weight"])
+        routes = [o.moe_route(logits[m], self.p.top_k, self.arch.moe_renorm) for m, o in enumerate(self.ops)]
+        w, ids = torch.stack([r[0] for r in routes]), torch.stack([r[1] for r in routes])  # [K, batch, tokens, k]
+        h = activation(torch.einsum("kbtd,kefd->kbtef", x, self.P[pre + "expert_fc1.weight"]), self.arch.act)
+        y = torch.einsum("kbtef,kedf->kbted", h, self.P[pre + "expert_fc2.weight"])
+        picked = y.gather(3, ids.unsqueeze(-1).expand(*ids.shape, y.shape[-1]))  # [K, batch, tokens, k, d_model]
+        return (w.unsqueeze(-1).to(picked.dtype) * picked).sum(3)
+
     def _mlp(self, x: torch.Tensor, pre: str) -> torch.Tensor:
         a = self.arch
+        if a.mlp == "moe":
+            return self._moe(x, pre)
         u = self._glu(x, pre) if a.mlp == "glu" else self._linear(x, pre + "fc1", a.act, a.linear_at == "fc1")
         return self._linear(u, pre + "fc2", "none", a.linear_at == "fc2")
 

@@ -82,7 +82,8 @@ def fidelity(
     for label, sel in groups:
         o, e, i = (out_d, exact, ideal) if sel is None else (out_d[sel], exact[sel], ideal[sel])
         k_err, i_err = _rel(o, e), _rel(i, e)
-        ratio = k_err / max(i_err, floor) if math.isfinite(k_err) else math.inf
+        den = max(i_err, floor)  # 0 for an integer output (expert ids): exact, and so must the kernel's be
+        ratio = (k_err / den if den > 0 else (0.0 if k_err == 0 else math.inf)) if math.isfinite(k_err) else math.inf
         res.append(
             BucketFidelity(
                 step=step,

@@ -40,6 +40,14 @@ def _block_shapes(p: CanaryProfile, a: Arch) -> list[tuple[str, Shape]]:
     ]
     if a.mlp == "glu":
         return [*shapes, ("gate.weight", (f, d)), ("up.weight", (f, d)), ("fc2.weight", (d, f))]
+    if a.mlp == "moe":  # per expert a GELU MLP of d_expert (d_ff split among them), stacked on a leading axis
+        e, fe = p.n_experts, p.d_expert
+        return [
+            *shapes,
+            ("router.weight", (e, d)),
+            ("expert_fc1.weight", (e, fe, d)),
+            ("expert_fc2.weight", (e, d, fe)),
+        ]
     shapes.append(("fc1.weight", (f, d)))
     if a.mlp_bias:
         shapes.append(("fc1.bias", (f,)))

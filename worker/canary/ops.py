@@ -103,6 +103,14 @@ class Ops:
             k, v = (z.repeat_interleave(q.shape[-3] // k.shape[-3], dim=-3) for z in (k, v))
         return F.scaled_dot_product_attention(q, k, v, is_causal=True)
 
+    def moe_route(self, logits: torch.Tensor, k: int, renorm: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        """An MoE router's top-k: (weights, expert ids), each [..., k], from logits [..., experts]. The k most probable
+        experts in descending probability, a lower id first among equal ones (a stable sort); the gradient reaches
+        the logits through the weights (route_weights) at the ids picked."""
+        probs = torch.softmax(logits.detach().float(), dim=-1)
+        ids = torch.sort(probs, dim=-1, descending=True, stable=True)[1][..., :k]
+        return route_weights(logits, ids, renorm), ids
+
     def rope(
         self, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor, theta: float, layout: RopeLayout
     ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -111,6 +119,13 @@ class Ops:
         angles = rope_angles(positions, q.shape[-1], theta)
         cos, sin = torch.cos(angles), torch.sin(angles)
         return rotate(q, cos, sin, layout), rotate(k, cos, sin, layout)
+
+
+def route_weights(logits: torch.Tensor, ids: torch.Tensor, renorm: bool) -> torch.Tensor:
+    """The routing weights of the experts `ids` [..., k] picked from `logits` [..., experts]: their softmax
+    probabilities, renormalised over the k (then the softmax of their logits alone) where `renorm`."""
+    probs = torch.softmax(logits.float(), dim=-1).gather(-1, ids)
+    return probs / probs.sum(-1, keepdim=True) if renorm else probs
 
 
 def causal_mask(t: int, device: torch.device) -> torch.Tensor:

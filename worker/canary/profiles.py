@@ -21,6 +21,8 @@ class CanaryProfile(BaseModel):
     n_kv_heads: int | None = Field(
         None, description="key/value heads where fewer than n_heads (grouped-query attention)"
     )
+    n_experts: int = Field(8, description="experts of the MoE feed-forward (the moe_routing site's model only)")
+    top_k: int = Field(2, description="experts each token is routed to (the moe_routing site's model only)")
     norm_eps: float = 1e-6
     rope_theta: float = 10000.0
     rope_max_position: int = Field(65536, description="the RoPE site's sequences start at offsets spread up to here")
@@ -82,6 +84,12 @@ class CanaryProfile(BaseModel):
     @property
     def kv_heads(self) -> int:
         return self.n_kv_heads or self.n_heads
+
+    @property
+    def d_expert(self) -> int:
+        """An MoE expert's hidden size: the MLP's d_ff split among the experts, so that the MoE model's expert weights
+        (and its dense compute of every expert) are the plain MLP's."""
+        return max(self.d_ff // self.n_experts, 1)
 
 
 CPU = CanaryProfile(

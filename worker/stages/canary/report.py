@@ -107,10 +107,16 @@ def _summary(j: Judgement) -> str:
     why = []
     if fid_bad:
         f0 = max(fid_bad, key=lambda f: f.ratio)
-        why.append(
-            f"the op's {j.checked} on real text is {f0.ratio:.1f}x the ideal error ({f0.output}, rows with {f0.bucket} contributions, "
-            f"rel err {f0.kernel_rel_err:.2e} vs {f0.ideal_rel_err:.2e}; budget {j.max_ratio[f0.output]:g}x)"
-        )
+        if f0.ideal_rel_err == 0:  # an integer output (expert ids): the ideal is exact, so any error is infinitely more
+            why.append(
+                f"the op's {j.checked} on real text is off where the ideal one is exact ({f0.output}, rows with "
+                f"{f0.bucket} contributions, rel err {f0.kernel_rel_err:.2e}; budget {j.max_ratio[f0.output]:g}x the ideal error)"
+            )
+        else:
+            why.append(
+                f"the op's {j.checked} on real text is {f0.ratio:.1f}x the ideal error ({f0.output}, rows with {f0.bucket} contributions, "
+                f"rel err {f0.kernel_rel_err:.2e} vs {f0.ideal_rel_err:.2e}; budget {j.max_ratio[f0.output]:g}x)"
+            )
     for lj in loss_bad:
         why.append(
             f"with {lj.optimizer} the held-out loss is worse by {lj.mean_gap:+.4f} nats, beyond the noise limit {lj.threshold:.4f}"
