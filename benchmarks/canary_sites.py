@@ -57,6 +57,8 @@ CASES: list[tuple[str, str, str]] = [
     ("rope", "pytorch_fp64_angles", "pass"),
     ("attention_forward", "pytorch_bf16_accumulator", "any"),
     ("attention_forward", "pytorch_fp32", "pass"),
+    ("attention_decode_gqa", "pytorch_bf16_accumulator", "fail"),
+    ("attention_decode_gqa", "pytorch_fp32", "pass"),
 ]
 
 

@@ -78,7 +78,17 @@ class ProbeSpec(BaseModel):
 
 # the canary's sites (worker.canary.binding.Site): named here, where the service reads audit.json without torch
 CanarySite = Literal[
-    "embedding", "embedding_norm", "norm", "loss", "linear", "glu", "add_norm", "softmax", "rope", "attention"
+    "embedding",
+    "embedding_norm",
+    "norm",
+    "loss",
+    "linear",
+    "glu",
+    "add_norm",
+    "softmax",
+    "rope",
+    "attention",
+    "attention_decode",
 ]
 
 

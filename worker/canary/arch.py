@@ -26,6 +26,7 @@ SITE_OP: dict[str, str] = {
     "softmax": "softmax",
     "rope": "rope",
     "attention": "attention",
+    "attention_decode": "attention_decode",
 }
 
 

@@ -103,6 +103,11 @@ class Ops:
             k, v = (z.repeat_interleave(q.shape[-3] // k.shape[-3], dim=-3) for z in (k, v))
         return F.scaled_dot_product_attention(q, k, v, is_causal=True)
 
+    def attention_decode(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """The same causal attention, where a site computes it as one decode step per query position (each over the
+        keys and values up to it): the trusted op is `attention`'s."""
+        return self.attention(q, k, v)
+
     def rope(
         self, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor, theta: float, layout: RopeLayout
     ) -> tuple[torch.Tensor, torch.Tensor]:

@@ -1,6 +1,7 @@
 """The newer canary sites, one module per family of ops: linear (GEMM forward and backward), glu (SwiGLU/GeGLU, with
 or without the projections), add_norm (residual add + RMSNorm, pre- and post-norm), softmax (attention scores) and
-rope (rotary embedding of q and k) and attention (causal scaled-dot-product attention).
+rope (rotary embedding of q and k), attention (causal scaled-dot-product attention) and decode (causal attention
+computed as one decode step per position, over a KV cache).
 
 Each module says, for its site: which role every argument of a definition plays (`bind`), which layouts a signature
 could mean (`proposals`, raising CanaryUnsupported with the reason where it fits none), which canary sizes the
@@ -16,7 +17,7 @@ from typing import Any, Protocol
 import torch
 
 from worker.canary.binding import OpBinding, Site, SiteOptions
-from worker.canary.families import add_norm, attention, glu, linear, rope, softmax
+from worker.canary.families import add_norm, attention, decode, glu, linear, rope, softmax
 from worker.canary.profiles import CanaryProfile
 from worker.formats import Definition
 
@@ -36,7 +37,7 @@ class Family(Protocol):
 
 
 # in the order matching tries them
-FAMILIES: dict[Site, Family] = {m.SITE: m for m in (linear, glu, add_norm, softmax, rope, attention)}
+FAMILIES: dict[Site, Family] = {m.SITE: m for m in (linear, glu, add_norm, softmax, rope, attention, decode)}
 
 
 def bind_family(site: Site, d: Definition, options: SiteOptions) -> OpBinding:
