@@ -15,6 +15,8 @@ numbers (gaps, noise bands, fidelity) are benchmarks/results/canary_sites_cpu.md
 - rope: q and k at offsets up to 65,536 positions: inv_freq held in bf16 fails (already whole radians off there).
 - attention: SDPA of every layer: the correct example passes. Not caught, and not asked: the catalogue's output
   accumulator in bf16 per 64-key block (one block at this sequence length: 1.4x the ideal error).
+- attention_decode: causal attention as one GQA decode step per position over its sequence's KV cache (128-token
+  sequences): a running P @ V rounded to bf16 per cache slot fails.
 """
 
 from __future__ import annotations
@@ -53,6 +55,8 @@ CASES = [
     ("rope", "rope", "pytorch_fp64_angles", "pass"),
     ("rope", "rope", "pytorch_bf16_inv_freq", "fail"),
     ("attention", "attention_forward", "pytorch_fp32", "pass"),
+    ("attention_decode", "attention_decode_gqa", "pytorch_fp32", "pass"),
+    ("attention_decode", "attention_decode_gqa", "pytorch_bf16_accumulator", "fail"),
 ]
 
 
