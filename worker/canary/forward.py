@@ -107,7 +107,9 @@ class Decoder:
             # the kernel's: per member, key/value heads as they are
             qs, ks, vs = (z.reshape(k, kb // k, -1, t, dh) for z in (q, kk, v))
             decode = self._at_site("attention_decode")
-            outs = [(o.attention_decode if decode else o.attention)(qs[m], ks[m], vs[m]) for m, o in enumerate(self.ops)]
+            outs = [
+                (o.attention_decode if decode else o.attention)(qs[m], ks[m], vs[m]) for m, o in enumerate(self.ops)
+            ]
             return torch.stack(outs).reshape(kb, h, t, dh)
         if kk.shape[1] != h:
             kk, v = (z.repeat_interleave(h // kk.shape[1], dim=1) for z in (kk, v))

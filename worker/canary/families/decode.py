@@ -15,6 +15,7 @@ autograd of causal attention, which computes the same function.
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import torch
@@ -122,7 +123,7 @@ def position_groups(t: int) -> list[tuple[int, int]]:
     first calls (worker.canary.profiles: fidelity_calls_per_step), and a decode kernel's rounding shows most at its
     longest contexts."""
     bounds = sorted({round(t * i / GROUPS) for i in range(GROUPS + 1)})
-    return [(lo, hi) for lo, hi in reversed(list(zip(bounds, bounds[1:])))]
+    return [(lo, hi) for lo, hi in reversed(list(itertools.pairwise(bounds)))]
 
 
 def example(b: OpBinding, p: CanaryProfile, gen: torch.Generator) -> dict[str, Any]:
