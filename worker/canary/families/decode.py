@@ -31,9 +31,10 @@ from worker.numerics.dtypes import to_torch
 SITE: Site = "attention_decode"
 NAMES = {"q": ("q", "query", "queries"), "k": ("k", "key", "keys"), "v": ("v", "value", "values")}
 LENGTH_WORDS = ("lens", "len", "lengths", "length", "seqlens", "seqlen")
-# A decode bug that grows with the context (a running sum rounded per cache slot) is a few times an ideal output's
-# error at 64 slots and about 5x past 100 (the fidelity limit is 4x): the site trains on sequences at least this long;
-# a batch of them holds half the profile's tokens, as every token's attention here reads its own copy of the cache.
+# A decode bug whose error grows with the context (a running P @ V rounded to bf16 per cache slot) is 3.3x an ideal
+# output's error over causal rows of up to 64 slots, under the fidelity limit of 4x, and 7.7-8.3x over this site's
+# longest rows at 128 (benchmarks/results/canary_sites_decode_cpu.md): the site trains on sequences at least this
+# long; a batch of them holds half the profile's tokens, as every token's attention here reads its own cache copy.
 MIN_SEQ_LEN = 128
 GROUPS = 4  # kernel calls per layer (position_groups)
 
