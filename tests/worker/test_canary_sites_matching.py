@@ -388,11 +388,11 @@ DECODE_REF = (
 )
 
 
-def _decode(hnd: bool, mask: bool = True) -> Definition:
+def _decode(hnd: bool, mask: bool = True, slots: int | None = None) -> Definition:
     cache = ["b", "hkv", "s", "d"] if hnd else ["b", "s", "hkv", "d"]
     return _definition(
         "decode_hnd" if hnd else "decode_nhd",
-        {"b": None, "s": None, "h": None, "hkv": None, "d": None},
+        {"b": None, "s": slots, "h": None, "hkv": None, "d": None},
         {
             "q": (["b", "h", "d"], "bfloat16"),
             "k_cache": (cache, "bfloat16"),
@@ -415,6 +415,9 @@ def test_a_decode_attention_s_cache_layout_is_read_from_the_reference_and_prefil
     # a reference that attends to every cache slot, whatever the sequence's length, is no decode step
     unmasked = _match(_decode(False, mask=False))
     assert unmasked.binding is None and "attention_decode: the reference does not compute the site's op" in unmasked.how
+    # a cache of fixed length cannot hold the canary's rows, grouped by length
+    fixed = _match(_decode(False, slots=512))
+    assert fixed.binding is None and "need a variable batch and cache length; ['s'] are fixed" in fixed.how
     # prefill and decode do not take each other's definitions, even when audit.json names the other site
     assert "attention: an attention takes q, k and v as 4-D tensors" in unmasked.how
     with pytest.raises(CanaryUnsupported, match=r"named in audit\.json"):

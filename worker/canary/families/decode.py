@@ -76,6 +76,10 @@ def dims(b: OpBinding, d: Definition, p: CanaryProfile) -> dict[str, int]:
     shapes = {s.role: d.inputs[s.name].shape or [] for s in b.inputs}
     q, k = shapes["q"], shapes["k"]
     kv_heads_axis = k[1] if b.options.heads_first else k[2]
+    slots_axis = k[2] if b.options.heads_first else k[1]
+    fixed = [a for a in (q[0], slots_axis) if const(d, a) is not None]
+    if fixed:  # the site's calls have as many rows and slots as the positions of a group (position_groups)
+        raise CanaryUnsupported(f"the canary's decode rows need a variable batch and cache length; {fixed} are fixed")
     out: dict[str, int] = {}
     if const(d, q[1]) is not None:
         out["n_heads"] = const(d, q[1])  # type: ignore[assignment]
