@@ -63,6 +63,14 @@ KNOWN_BAD: dict[tuple[str, str], dict[str, str]] = {
     ("post_add_rmsnorm", "pytorch_bf16_add"): {"benchmark": "any", "probes": "any", "canary": "failed"},
     ("attention_softmax", "pytorch_bf16_row_sum"): {"benchmark": "any", "probes": "any", "canary": "failed"},
     ("moe_topk_routing", "pytorch_bf16_softmax"): {"benchmark": "any", "probes": "any", "canary": "failed"},
+    # a running P @ V in bf16 per cache slot: within the benchmark's rule on every workload (CPU and GPU sizes, checked
+    # on the CPU), over budget on 15 of 18 generic probes on the CPU (2026-12-05: 497x on offset:v_cache), and caught
+    # by the decode site's gradient fidelity (benchmarks/results/canary_sites_decode_cpu.md)
+    ("attention_decode_gqa", "pytorch_bf16_accumulator"): {
+        "benchmark": "passed",
+        "probes": "failed",
+        "canary": "failed",
+    },
 }
 
 

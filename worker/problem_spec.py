@@ -89,6 +89,7 @@ CanarySite = Literal[
     "rope",
     "attention",
     "moe_routing",
+    "attention_decode",
 ]
 
 

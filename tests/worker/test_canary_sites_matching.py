@@ -12,6 +12,7 @@ import torch
 from worker.canary.arch import arch_of
 from worker.canary.binding import CanaryUnsupported, OpBinding
 from worker.canary.data import draw_batches, split
+from worker.canary.families import decode
 from worker.canary.matching import SiteMatch, match, site_for
 from worker.canary.model import init_state
 from worker.canary.profiles import CPU, CanaryProfile
@@ -69,6 +70,14 @@ MATCHED = {
     "rope": ("rope", {"rope_layout": "neox", "rope_theta": None}),
     "attention_forward": ("attention", {"heads_first": True}),
     "moe_topk_routing": ("moe_routing", {"moe_renorm": True}),
+    "attention_decode_gqa": ("attention_decode", {"heads_first": False}),
+}
+# the model at a definition's sizes, where it is not the CPU profile's own: a RoPE whose k has a head axis of its own
+# trains grouped-query attention; the decode definition fixes 4 query heads, 2 key/value heads and head_dim 32, and
+# its site trains 128-token sequences (worker.canary.families.decode.MIN_SEQ_LEN), 8 a batch
+SIZED = {
+    "rope": {"n_kv_heads": 2},
+    "attention_decode_gqa": {"n_heads": 4, "n_kv_heads": 2, "d_model": 128, "seq_len": 128, "batch_size": 8},
 }
 NO_SITE = (
     "cumsum",
@@ -89,8 +98,7 @@ def test_catalogue_definitions_match_their_site_from_the_signature(catalogue: Ca
     assert found.binding is not None, found.how
     assert found.binding.site == site and f"matched site '{site}' from the signature" in found.how
     assert {k: getattr(found.binding.options, k) for k in options} == options
-    # var axes only: the canary's own sizes; a RoPE whose k has a head axis of its own trains grouped-query attention
-    assert found.profile == (CPU.model_copy(update={"n_kv_heads": 2}) if name == "rope" else CPU)
+    assert found.profile == CPU.model_copy(update=SIZED.get(name, {}))
 
 
 def test_the_binding_says_which_model_each_site_trains(catalogue: Catalogue) -> None:
@@ -113,7 +121,16 @@ def test_definitions_that_fit_no_site_say_why_for_each_site(catalogue: Catalogue
     found = _match(catalogue.get(name).definition)
     assert found.binding is None
     assert found.how.startswith("fits no canary site (")
-    for site in ("linear:", "glu:", "add_norm:", "softmax:", "rope:", "attention:", "moe_routing:"):
+    for site in (
+        "linear:",
+        "glu:",
+        "add_norm:",
+        "softmax:",
+        "rope:",
+        "attention:",
+        "attention_decode:",
+        "moe_routing:",
+    ):
         assert site in found.how
 
 
@@ -319,6 +336,7 @@ CALLS = {
     "rope": 2,
     "attention_forward": 2,
     "moe_topk_routing": 2,
+    "attention_decode_gqa": 8,  # forward only, in 4 calls per layer (positions grouped by cache length)
 }
 
 
@@ -361,6 +379,8 @@ SHAPES = {
     "rope": [(TOKENS, P.n_heads, D // P.n_heads), (TOKENS, 2, D // P.n_heads)],  # 2 kv heads: grouped-query
     "attention_forward": [(P.batch_size, P.n_heads, T, D // P.n_heads)],
     "moe_topk_routing": [(TOKENS, P.top_k), (TOKENS, P.top_k)],
+    # the longest positions first: the batch's 32 sequences x positions 48-63 as decode rows, 4 query heads of dim 32
+    "attention_decode_gqa": [(P.batch_size * T // 4, 4, 32)],
 }
 
 
@@ -386,3 +406,82 @@ def test_site_kernels_see_the_model_s_shapes(catalogue: Catalogue, name: str) ->
 def test_match_tries_only_the_sites_asked(catalogue: Catalogue) -> None:
     d = catalogue.get("softmax").definition
     assert match(d, Reference.of(d).run_fn, CPU, sites=("linear", "rope")).binding is None
+
+
+# --- decode ------------------------------------------------------------------------------------------------------
+
+DECODE_REF = (
+    "import torch\n\ndef run(q, k_cache, v_cache, kv_lens, sm_scale):\n"
+    "    n, h, d = q.shape\n"
+    "    k, v = k_cache.float(), v_cache.float()\n"
+    "    if HND:\n"
+    "        k, v = k.transpose(1, 2), v.transpose(1, 2)\n"
+    "    s, hk = k.shape[1], k.shape[2]\n"
+    "    k, v = k.repeat_interleave(h // hk, dim=2), v.repeat_interleave(h // hk, dim=2)\n"
+    "    scores = torch.einsum('nhd,nshd->nhs', q.float(), k) * sm_scale\n"
+    "    valid = torch.arange(s)[None, :] < kv_lens.long()[:, None]\n"
+    "    if MASK:\n"
+    "        scores = scores.masked_fill(~valid[:, None, :], float('-inf'))\n"
+    "    return torch.einsum('nhs,nshd->nhd', torch.softmax(scores, -1), v).to(torch.bfloat16)\n"
+)
+
+
+def _decode(hnd: bool, mask: bool = True, slots: int | None = None) -> Definition:
+    cache = ["b", "hkv", "s", "d"] if hnd else ["b", "s", "hkv", "d"]
+    return _definition(
+        "decode_hnd" if hnd else "decode_nhd",
+        {"b": None, "s": slots, "h": None, "hkv": None, "d": None},
+        {
+            "q": (["b", "h", "d"], "bfloat16"),
+            "k_cache": (cache, "bfloat16"),
+            "v_cache": (cache, "bfloat16"),
+            "seq_lens": (["b"], "int32"),
+            "sm_scale": (None, "float32"),
+        },
+        {"out": (["b", "h", "d"], "bfloat16")},
+        DECODE_REF.replace("HND", str(hnd)).replace("MASK", str(mask)),
+    )
+
+
+def test_a_decode_attention_s_cache_layout_is_read_from_the_reference_and_prefill_is_not_taken_for_it(
+    catalogue: Catalogue,
+) -> None:
+    for hnd in (False, True):
+        found = _match(_decode(hnd))
+        assert found.binding is not None and found.binding.site == "attention_decode", found.how
+        assert found.binding.options.heads_first is hnd and found.profile.kv_heads == 2
+    # a reference that attends to every cache slot, whatever the sequence's length, is no decode step
+    unmasked = _match(_decode(False, mask=False))
+    assert unmasked.binding is None and "attention_decode: the reference does not compute the site's op" in unmasked.how
+    # a cache of fixed length cannot hold the canary's rows, grouped by length
+    fixed = _match(_decode(False, slots=512))
+    assert fixed.binding is None and "need a variable batch and cache length; ['s'] are fixed" in fixed.how
+    # prefill and decode do not take each other's definitions, even when audit.json names the other site
+    assert "attention: an attention takes q, k and v as 4-D tensors" in unmasked.how
+    with pytest.raises(CanaryUnsupported, match=r"named in audit\.json"):
+        _match(catalogue.get("attention_decode_gqa").definition, "attention")
+    with pytest.raises(CanaryUnsupported, match=r"named in audit\.json"):
+        _match(catalogue.get("attention_forward").definition, "attention_decode")
+
+
+def test_the_decode_site_computes_causal_attention_and_a_kernel_that_reads_past_the_lengths_is_off(
+    catalogue: Catalogue,
+) -> None:
+    """The site's decode rows (positions grouped by length, each over its sequence's prefix) give the model's causal
+    attention; a kernel that ignores the lengths reads later tokens and is far off."""
+    d = catalogue.get("attention_decode_gqa").definition
+    found = _match(d, p=P)
+    b = found.binding
+    assert b is not None
+    gen = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, n, 40, 32, generator=gen) for n in (4, 2, 2))
+    want = torch.nn.functional.scaled_dot_product_attention(
+        q, k.repeat_interleave(2, dim=1), v.repeat_interleave(2, dim=1), is_causal=True
+    )
+    ref = reference_kernel(Reference.of(d).run_fn)
+    got = decode.apply(b, ref, q, k, v)
+    assert float((got - want).norm() / want.norm()) < 2 * 2**-8  # one bf16 rounding of the output
+    unmasked = reference_kernel(Reference.of(_decode(False, mask=False)).run_fn)
+    off = decode.apply(b, unmasked, q, k, v)
+    assert float((off - want).norm() / want.norm()) > 0.3
+    assert decode.position_groups(40) == [(30, 40), (20, 30), (10, 20), (0, 10)]

@@ -17,6 +17,8 @@ numbers (gaps, noise bands, fidelity) are benchmarks/results/canary_sites_cpu.md
   accumulator in bf16 per 64-key block (one block at this sequence length: 1.4x the ideal error).
 - moe_routing: the router's top-k in an MoE feed-forward (8 experts, 2 per token): the softmax and top-k in the bf16
   logits' own dtype fails (weights of bf16 precision; near-tied experts swapped).
+- attention_decode: causal attention as one GQA decode step per position over its sequence's KV cache (128-token
+  sequences): a running P @ V rounded to bf16 per cache slot fails.
 """
 
 from __future__ import annotations
@@ -57,6 +59,8 @@ CASES = [
     ("attention", "attention_forward", "pytorch_fp32", "pass"),
     ("moe_routing", "moe_topk_routing", "pytorch_stable_sort", "pass"),
     ("moe_routing", "moe_topk_routing", "pytorch_bf16_softmax", "fail"),
+    ("attention_decode", "attention_decode_gqa", "pytorch_fp32", "pass"),
+    ("attention_decode", "attention_decode_gqa", "pytorch_bf16_accumulator", "fail"),
 ]
 
 

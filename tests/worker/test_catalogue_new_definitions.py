@@ -41,6 +41,7 @@ NEW: dict[str, tuple[str, tuple[str, ...]]] = {
     "swiglu": ("pytorch_fp32", ("pytorch_exp_ratio_sigmoid",)),
     "geglu": ("pytorch_fp32", ("pytorch_exp_ratio_tanh",)),
     "attention_forward": ("pytorch_fp32", ("pytorch_bf16_accumulator",)),
+    "attention_decode_gqa": ("pytorch_fp32", ("pytorch_bf16_accumulator",)),
     "gemm_bias_gelu": ("pytorch_fp32", ("pytorch_bf16_split_k",)),
     "moe_topk_routing": ("pytorch_stable_sort", ("pytorch_ties_high_id", "pytorch_bf16_softmax")),
     "top_k_renorm_probs": ("pytorch_stable_topk", ("pytorch_threshold_keeps_ties",)),
@@ -134,6 +135,17 @@ def _attention(g: torch.Generator) -> dict[str, Any]:
     }
 
 
+def _decode(g: torch.Generator) -> dict[str, Any]:
+    b, s = 2, 4096  # long contexts, every slot valid; values with a common offset, so that P @ V only grows
+    return {
+        "q": bf16(torch.randn(b, 4, 32, generator=g)),
+        "k_cache": bf16(torch.randn(b, s, 2, 32, generator=g)),
+        "v_cache": bf16(4.0 + torch.randn(b, s, 2, 32, generator=g)),
+        "kv_lens": torch.full((b,), s, dtype=torch.int32),
+        "sm_scale": 32**-0.5,
+    }
+
+
 def _gemm(g: torch.Generator) -> dict[str, Any]:
     return {
         "input": bf16(torch.randn(64, 2048, generator=g)),
@@ -178,6 +190,7 @@ TARGETED: dict[str, Callable[[torch.Generator], dict[str, Any]]] = {
     "swiglu": _glu(100.0),
     "geglu": _glu(20.0),
     "attention_forward": _attention,
+    "attention_decode_gqa": _decode,
     "gemm_bias_gelu": _gemm,
     "moe_topk_routing": _moe,
     "top_k_renorm_probs": _top_k,

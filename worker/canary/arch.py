@@ -28,6 +28,7 @@ SITE_OP: dict[str, str] = {
     "rope": "rope",
     "attention": "attention",
     "moe_routing": "moe_route",
+    "attention_decode": "attention_decode",
 }
 
 

@@ -10,7 +10,7 @@ One block, pre-norm (x is the normalised input of a sublayer, r the residual str
 where add_norm(a, r, w) = (norm(r + a, w), r + a) unless the add_norm site's kernel does both; post-norm:
     h = add_norm(attention(h), h, norm1)[0];  h = add_norm(mlp(h), h, norm2)[0]
 Attention: qkv projection, RoPE on q and k (arch.rope), softmax(q k^T / sqrt(d)) v written out (arch.attention ==
-"softmax"), fused SDPA, or the attention site's kernel, output projection. MLP: act(fc1 x) -> fc2, or a GLU act(gate x) * (up x) -> fc2, or a mixture of experts: the router's
+"softmax"), fused SDPA, or the attention site's kernel (prefill, or one decode step per position), output projection. MLP: act(fc1 x) -> fc2, or a GLU act(gate x) * (up x) -> fc2, or a mixture of experts: the router's
 logits, their top-k routing (arch.mlp == "moe"), and the picked experts' act(fc1 x) -> fc2 summed with its weights.
 """
 
@@ -104,9 +104,14 @@ class Decoder:
     def _attend(self, q: torch.Tensor, kk: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         """q [K x batch, heads, tokens, head_dim], kk and v [K x batch, kv_heads, tokens, head_dim]: causal attention."""
         k, (kb, h, t, dh) = len(self.ops), q.shape
-        if self._at_site("attention"):  # the kernel's: per member, key/value heads as they are
+        if self._at_site("attention") or self._at_site("attention_decode"):
+            # the kernel's: per member, key/value heads as they are
             qs, ks, vs = (z.reshape(k, kb // k, -1, t, dh) for z in (q, kk, v))
-            return torch.stack([o.attention(qs[m], ks[m], vs[m]) for m, o in enumerate(self.ops)]).reshape(kb, h, t, dh)
+            decode = self._at_site("attention_decode")
+            outs = [
+                (o.attention_decode if decode else o.attention)(qs[m], ks[m], vs[m]) for m, o in enumerate(self.ops)
+            ]
+            return torch.stack(outs).reshape(kb, h, t, dh)
         if kk.shape[1] != h:
             kk, v = (z.repeat_interleave(h // kk.shape[1], dim=1) for z in (kk, v))
         if self.arch.attention != "softmax":

@@ -111,6 +111,11 @@ class Ops:
         ids = torch.sort(probs, dim=-1, descending=True, stable=True)[1][..., :k]
         return route_weights(logits, ids, renorm), ids
 
+    def attention_decode(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """The same causal attention, where a site computes it as one decode step per query position (each over the
+        keys and values up to it): the trusted op is `attention`'s."""
+        return self.attention(q, k, v)
+
     def rope(
         self, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor, theta: float, layout: RopeLayout
     ) -> tuple[torch.Tensor, torch.Tensor]:

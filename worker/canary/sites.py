@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from worker.canary.binding import Kernel, OpBinding
-from worker.canary.families import add_norm, attention, glu, linear, moe, rope, softmax
+from worker.canary.families import add_norm, attention, decode, glu, linear, moe, rope, softmax
 from worker.canary.kernel_call import call as _call
 from worker.canary.ops import Act, Ops, RopeLayout, rmsnorm
 
@@ -242,3 +242,8 @@ class KernelOps(Ops):
         if self.b.site == "moe_routing":
             return moe.apply(self.b, self.kernel, logits, k)
         return super().moe_route(logits, k, renorm)
+
+    def attention_decode(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        if self.b.site == "attention_decode":
+            return decode.apply(self.b, self.kernel, q, k, v)
+        return super().attention_decode(q, k, v)

@@ -1,7 +1,8 @@
 """The newer canary sites, one module per family of ops: linear (GEMM forward and backward), glu (SwiGLU/GeGLU, with
 or without the projections), add_norm (residual add + RMSNorm, pre- and post-norm), softmax (attention scores),
-rope (rotary embedding of q and k), attention (causal scaled-dot-product attention) and moe_routing (an MoE router's
-top-k experts and their weights).
+rope (rotary embedding of q and k), attention (causal scaled-dot-product attention), decode (causal attention
+computed as one decode step per position, over a KV cache) and moe_routing (an MoE router's top-k experts and their
+weights).
 
 Each module says, for its site: which role every argument of a definition plays (`bind`), which layouts a signature
 could mean (`proposals`, raising CanaryUnsupported with the reason where it fits none), which canary sizes the
@@ -17,7 +18,7 @@ from typing import Any, Protocol
 import torch
 
 from worker.canary.binding import OpBinding, Site, SiteOptions
-from worker.canary.families import add_norm, attention, glu, linear, moe, rope, softmax
+from worker.canary.families import add_norm, attention, decode, glu, linear, moe, rope, softmax
 from worker.canary.profiles import CanaryProfile
 from worker.formats import Definition
 
@@ -37,7 +38,7 @@ class Family(Protocol):
 
 
 # in the order matching tries them
-FAMILIES: dict[Site, Family] = {m.SITE: m for m in (linear, glu, add_norm, softmax, rope, attention, moe)}
+FAMILIES: dict[Site, Family] = {m.SITE: m for m in (linear, glu, add_norm, softmax, rope, attention, decode, moe)}
 
 
 def bind_family(site: Site, d: Definition, options: SiteOptions) -> OpBinding:
