@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from worker.canary.binding import CanaryUnsupported, Kernel, OpBinding, Site, SiteOptions
-from worker.canary.families.common import const, inputs, make, normal, outputs, require, scalar_roles
+from worker.canary.families.common import const, head_dims, inputs, make, normal, outputs, require, scalar_roles
 from worker.canary.kernel_call import call
 from worker.canary.ops import Ops, attention_scale
 from worker.canary.profiles import CanaryProfile
@@ -53,16 +53,8 @@ def dims(b: OpBinding, d: Definition, p: CanaryProfile) -> dict[str, int]:
     shapes = {s.role: d.inputs[s.name].shape or [] for s in b.inputs}
     q, k = shapes["q"], shapes["k"]
     h_at, t_at = (1, 2) if b.options.heads_first else (2, 1)
-    out: dict[str, int] = {}
-    for axis, field in ((q[0], "batch_size"), (q[h_at], "n_heads"), (q[t_at], "seq_len")):
-        if const(d, axis) is not None:
-            out[field] = const(d, axis)  # type: ignore[assignment]
-    heads = out.get("n_heads", p.n_heads)
-    if k[h_at] != q[h_at]:  # key/value heads of their own: grouped-query attention
-        out["n_kv_heads"] = const(d, k[h_at]) or max(1, heads // 2)
-    if const(d, q[3]) is not None:
-        out["d_model"] = heads * const(d, q[3])  # type: ignore[operator]
-    return out
+    fixed = {field: const(d, axis) for axis, field in ((q[0], "batch_size"), (q[t_at], "seq_len"))}
+    return head_dims(d, p, q[h_at], k[h_at], q[3], {f: n for f, n in fixed.items() if n is not None})
 
 
 def _kernel_layout(b: OpBinding, t: torch.Tensor) -> torch.Tensor:

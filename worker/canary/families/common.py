@@ -61,6 +61,23 @@ def const(d: Definition, axis: str) -> int | None:
     return a.value if a is not None and a.type == "const" else None
 
 
+def head_dims(
+    d: Definition, p: CanaryProfile, q_heads: str, kv_heads: str, head_dim: str, fixed: dict[str, int]
+) -> dict[str, int]:
+    """The model's heads from an attention's constant axes, added to `fixed`: the query heads, key/value heads of
+    their own where k's head axis is not q's (grouped-query attention: the definition's count, or half the query
+    heads), and the width from a constant head size."""
+    out = dict(fixed)
+    if const(d, q_heads) is not None:
+        out["n_heads"] = const(d, q_heads)  # type: ignore[assignment]
+    heads = out.get("n_heads", p.n_heads)
+    if kv_heads != q_heads:
+        out["n_kv_heads"] = const(d, kv_heads) or max(1, heads // 2)
+    if const(d, head_dim) is not None:
+        out["d_model"] = heads * const(d, head_dim)  # type: ignore[operator]
+    return out
+
+
 def source(d: Definition) -> str:
     """The reference's source with comments dropped (a word in a comment is no evidence of what it computes)."""
     return "\n".join(line.split("#", 1)[0] for line in d.reference.splitlines())

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from worker.canary.binding import CanaryUnsupported, Kernel, OpBinding, Site, SiteOptions
-from worker.canary.families.common import const, inputs, make, normal, outputs, require, scalar_roles
+from worker.canary.families.common import const, head_dims, inputs, make, normal, outputs, require, scalar_roles
 from worker.canary.kernel_call import call
 from worker.canary.ops import Ops, attention_scale
 from worker.canary.profiles import CanaryProfile
@@ -80,14 +80,7 @@ def dims(b: OpBinding, d: Definition, p: CanaryProfile) -> dict[str, int]:
     fixed = [a for a in (q[0], slots_axis) if const(d, a) is not None]
     if fixed:  # the site's calls have as many rows and slots as the positions of a group (position_groups)
         raise CanaryUnsupported(f"the canary's decode rows need a variable batch and cache length; {fixed} are fixed")
-    out: dict[str, int] = {}
-    if const(d, q[1]) is not None:
-        out["n_heads"] = const(d, q[1])  # type: ignore[assignment]
-    heads = out.get("n_heads", p.n_heads)
-    if kv_heads_axis != q[1]:  # key/value heads of their own: grouped-query attention
-        out["n_kv_heads"] = const(d, kv_heads_axis) or max(1, heads // 2)
-    if const(d, q[2]) is not None:
-        out["d_model"] = heads * const(d, q[2])  # type: ignore[operator]
+    out = head_dims(d, p, q[1], kv_heads_axis, q[2], {})
     if p.seq_len < MIN_SEQ_LEN:
         out["seq_len"] = MIN_SEQ_LEN
         out["batch_size"] = max(1, p.batch_size * p.seq_len // MIN_SEQ_LEN // 2)
