@@ -26,8 +26,9 @@ from worker.numerics.timed_window import device_id
 from worker.numerics.timing_settings import TimingSettings
 
 SLOTS_ENV = "KAUDIT_CANARY_SLOTS"
-# measured on the H200 (benchmarks/results/h200-2026-12-05): four trainings at once keep the card's memory in hand at
-# eight concurrent audits, and a canary waits for a slot far less often than it would have retried out of memory
+# a training holds 10-30 GiB for its seconds; eight audits at once with no cap peaked at 117 GiB of a 141 GiB H200
+# (benchmarks/results/h200-2026-12-03/callC_ttv_n8.md), before more definitions matched a canary site. Four leave
+# the other stages room on an H200 and on an 80 GiB H100; the operator raises it for a larger card
 DEFAULT_GPU_SLOTS = 4
 
 
