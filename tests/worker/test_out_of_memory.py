@@ -62,3 +62,31 @@ def test_trusted_work_that_runs_out_of_gpu_memory_moves_to_the_cpu() -> None:
     assert on_device_or_cpu("cuda:0", work) == "done on cpu" and seen == ["cuda", "cpu"]
     seen.clear()
     assert on_device_or_cpu("cpu", work) == "done on cpu" and seen == ["cpu"]
+
+
+def test_the_drivers_out_of_memory_at_import_is_inconclusive_and_other_driver_errors_fail() -> None:
+    """A new CUDA context on a card its neighbours fill raises torch.AcceleratorError('CUDA error: out of memory')
+    while the solution imports (seen at eight audits on an 80 GiB H100): the device's load, not the solution's."""
+    head = "import torch\n\nraise torch.AcceleratorError({!r})\n\n"
+    tail = "def run(indices, grad_output, num_embeddings, padding_idx, grad_weight):\n    pass\n"
+    oom = _solution(head.format("CUDA error: out of memory\nSearch for `cudaErrorMemoryAllocation'") + tail)
+    report = run_audit(EMB, oom, stages=["intake"], seed=1, isolation="none")
+    (intake,) = report.stages[:1]
+    assert intake.status is StageStatus.error, intake.summary
+    assert "ran out of memory in intake" in intake.summary and intake.metrics["out_of_memory_retries"] == 2
+    assert report.verdict.value == "error"
+
+    illegal = _solution(head.format("CUDA error: an illegal memory access was encountered") + tail)
+    report = run_audit(EMB, illegal, stages=["intake"], seed=1, isolation="none")
+    assert report.stages[0].status is StageStatus.failed, report.stages[0].summary
+    assert "does not import" in report.stages[0].summary
+
+
+def test_only_an_error_that_names_memory_reads_as_out_of_memory() -> None:
+    from worker.sandbox.runner import reports_out_of_memory
+
+    assert reports_out_of_memory("OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB")
+    assert reports_out_of_memory("torch.AcceleratorError: CUDA error: out of memory\nSearch for ...")
+    assert not reports_out_of_memory("AcceleratorError: CUDA error: device-side assert triggered")
+    assert not reports_out_of_memory("RuntimeError: CUDA error: out of memory")  # not what torch raises for it
+    assert not reports_out_of_memory("AcceleratorError: illegal address\nthe kernel then printed: out of memory")

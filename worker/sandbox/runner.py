@@ -77,6 +77,17 @@ class SandboxOutOfMemory(SandboxError):
     kind = "out_of_memory"
 
 
+def reports_out_of_memory(error: str) -> bool:
+    """Whether a child's error names the device running out of memory: the caching allocator's OutOfMemoryError, or
+    the driver's own `CUDA error: out of memory` (a torch.AcceleratorError), which a new CUDA context or a launch
+    raises when neighbours hold the card, as an import did at eight audits on an 80 GiB H100. A submission can
+    raise either on purpose; that only earns it `error` (never ranked) after the engine's retries."""
+    head = error.split(":", 1)[0].removeprefix("torch.")
+    if head == "OutOfMemoryError":
+        return True
+    return head == "AcceleratorError" and "out of memory" in error.split("\n", 1)[0].lower()
+
+
 class MalformedReply(SandboxCrash):
     """The child's reply does not validate against its op's reply model (worker.sandbox.protocol): a submission
     that forged or broke the harness's reply. Nothing of it is used, and the child is closed."""
@@ -487,7 +498,7 @@ class Sandbox:
             self._refuse(str(err))
         if error.kind == "harness":
             raise SandboxError(error.error, self.log_tail())
-        if error.error.startswith(("OutOfMemoryError:", "torch.OutOfMemoryError:")):
+        if reports_out_of_memory(error.error):
             raise SandboxOutOfMemory(
                 f"the device ran out of memory in the submission's process ({error.error[:300]})", error.traceback
             )
