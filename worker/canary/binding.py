@@ -155,6 +155,8 @@ _REQUIRED: dict[str, tuple[set[str], set[str]]] = {
     "norm": ({"x", "norm_weight"}, set()),
     "loss": ({"logits", "targets"}, set()),
 }
+# the sites bound by the roles above, as they were before any site was matched from a signature
+ORIGINAL_SITES: frozenset[str] = frozenset(_REQUIRED)
 
 
 def bind(site: Site, definition: Definition, options: SiteOptions | None = None) -> OpBinding:

@@ -7,7 +7,10 @@ is then confirmed by running the reference on a small example of the op, at the 
 trusted op: the first whose outputs agree to within 16 units in the last place of their dtype is the match. So a
 signature that merely looks like a GEMM but adds a ReLU, or a softmax that is really a log-softmax, fits no site, and
 the layouts a signature cannot tell apart (NeoX or GPT-J RoPE, which half of a fused GLU input is the gate) are read
-from what the reference computes. The four original sites are matched only where audit.json names them.
+from what the reference computes. Of the four original sites, norm (RMSNorm, forward or backward) is matched this
+way too, with the original site's roles, so an uncurated RMSNorm trains as a curated one does; a site audit.json
+names among the original four is bound by its roles alone, unconfirmed, as before any site was matched. The other
+three (embedding, embedding_norm, loss) are taken only where audit.json names them.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from typing import Any
 
 import torch
 
-from worker.canary.binding import CanaryUnsupported, OpBinding, Site, SiteOptions, bind
+from worker.canary.binding import ORIGINAL_SITES, CanaryUnsupported, OpBinding, Site, SiteOptions, bind
 from worker.canary.families import FAMILIES, Family
 from worker.canary.judge import unit_roundoff
 from worker.canary.profiles import CanaryProfile
@@ -42,8 +45,11 @@ def site_for(d: Definition, named: str | None, run: Callable[..., Any], p: Canar
     where a named site does not fit the definition (the stage reports that as an error, not a skip)."""
     if named == "none":
         return SiteMatch(None, p, "has no canary site by its audit.json (canary.site = none)")
-    if named is not None and named not in FAMILIES:
+    if named is not None and named in ORIGINAL_SITES:
+        # a person placed the op there: bound by its roles alone, unconfirmed, as it was before "norm" had a family
         return SiteMatch(bind(named, d), p, f"audit.json names site '{named}'")  # type: ignore[arg-type]
+    if named is not None and named not in FAMILIES:
+        raise CanaryUnsupported(f"audit.json names site '{named}', which is no canary site")
     found = match(d, run, p, sites=(named,) if named is not None else tuple(FAMILIES))
     if named is not None and found.binding is None:
         raise CanaryUnsupported(f"{d.name} at site '{named}' named in audit.json: {found.how}")

@@ -14,17 +14,10 @@ import torch.nn.functional as F
 
 from worker.canary.binding import Kernel, OpBinding
 from worker.canary.families import add_norm, attention, decode, glu, linear, moe, rope, softmax
+from worker.canary.families.norm import rstd as _rstd
+from worker.canary.families.norm import rstd_for as _rstd_for
 from worker.canary.kernel_call import call as _call
 from worker.canary.ops import Act, Ops, RopeLayout, rmsnorm
-
-
-def _rstd(x: torch.Tensor, eps: float) -> torch.Tensor:
-    return torch.rsqrt(x.float().pow(2).mean(-1) + eps)
-
-
-def _rstd_for(b: OpBinding, rstd: torch.Tensor) -> torch.Tensor:
-    spec = b.role_in("rstd")
-    return rstd.unsqueeze(-1) if spec is not None and spec.rank == 2 else rstd
 
 
 class _Embedding(torch.autograd.Function):

@@ -1,14 +1,18 @@
-"""The newer canary sites, one module per family of ops: linear (GEMM forward and backward), glu (SwiGLU/GeGLU, with
-or without the projections), add_norm (residual add + RMSNorm, pre- and post-norm), softmax (attention scores),
-rope (rotary embedding of q and k), attention (causal scaled-dot-product attention), decode (causal attention
-computed as one decode step per position, over a KV cache) and moe_routing (an MoE router's top-k experts and their
-weights).
+"""The canary sites a definition can be matched to from its signature, one module per family of ops: linear (GEMM
+forward and backward), glu (SwiGLU/GeGLU, with or without the projections), add_norm (residual add + RMSNorm, pre- and
+post-norm), norm (RMSNorm forward or backward: one of the original sites, as common among uncurated definitions as any
+newer one), softmax (attention scores), rope (rotary embedding of q and k), attention (causal scaled-dot-product
+attention), decode (causal attention computed as one decode step per position, over a KV cache) and moe_routing (an
+MoE router's top-k experts and their weights). The other original sites (embedding, embedding_norm, loss) have no
+family: their signatures (an embedding table's gradient, a fused embedding and norm, a cross entropy) are taken only
+where audit.json names them.
 
 Each module says, for its site: which role every argument of a definition plays (`bind`), which layouts a signature
 could mean (`proposals`, raising CanaryUnsupported with the reason where it fits none), which canary sizes the
 definition's constant axes fix (`dims`), a small example of the op's arguments by role (`example`) and the trusted
 outputs for them (`expected`: worker.canary.matching runs the reference on the example to confirm a layout), and the
-autograd Function that calls the kernel in the model (`apply`, used by worker.canary.sites.KernelOps).
+autograd Function that calls the kernel in the model (`apply`, used by worker.canary.sites.KernelOps; norm's is the
+original site's, worker.canary.sites._Norm, so that a matched RMSNorm trains as one audit.json names).
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from typing import Any, Protocol
 import torch
 
 from worker.canary.binding import OpBinding, Site, SiteOptions
-from worker.canary.families import add_norm, attention, decode, glu, linear, moe, rope, softmax
+from worker.canary.families import add_norm, attention, decode, glu, linear, moe, norm, rope, softmax
 from worker.canary.profiles import CanaryProfile
 from worker.formats import Definition
 
@@ -37,8 +41,8 @@ class Family(Protocol):
     def expected(self, b: OpBinding, values: dict[str, Any]) -> dict[str, torch.Tensor]: ...
 
 
-# in the order matching tries them
-FAMILIES: dict[Site, Family] = {m.SITE: m for m in (linear, glu, add_norm, softmax, rope, attention, decode, moe)}
+# in the order matching tries them: add_norm before norm, so that a residual add + RMSNorm is taken for the fused op
+FAMILIES: dict[Site, Family] = {m.SITE: m for m in (linear, glu, add_norm, norm, softmax, rope, attention, decode, moe)}
 
 
 def bind_family(site: Site, d: Definition, options: SiteOptions) -> OpBinding:

@@ -15,15 +15,15 @@ import torch
 
 from worker.canary.binding import CanaryUnsupported, Kernel, OpBinding, Site, SiteOptions
 from worker.canary.families.common import (
-    const,
+    RMS_WORDS,
     inputs,
     make,
     normal,
     outputs,
-    scalar_roles,
     require,
+    rows_dims,
+    scalar_roles,
     tensors,
-    token_count,
 )
 from worker.canary.kernel_call import call
 from worker.canary.ops import Ops, rmsnorm
@@ -70,14 +70,12 @@ def bind(d: Definition, options: SiteOptions) -> OpBinding:
 
 def proposals(d: Definition) -> list[SiteOptions]:
     _roles(d)
-    require(d, ("rsqrt", "sqrt", "rms_norm", "norm("), "root mean square")
+    require(d, RMS_WORDS, "root mean square")
     return [SiteOptions()]
 
 
 def dims(b: OpBinding, d: Definition, p: CanaryProfile) -> dict[str, int]:
-    tokens, hidden = d.inputs[next(s.name for s in b.inputs if s.role == "x")].shape or ["", ""]
-    out = {"d_model": const(d, hidden)} if const(d, hidden) is not None else {}
-    return {**out, **token_count(p, const(d, tokens))}  # type: ignore[dict-item]
+    return rows_dims(b, d, p)
 
 
 def example(b: OpBinding, p: CanaryProfile, gen: torch.Generator) -> dict[str, Any]:

@@ -78,6 +78,10 @@ def head_dims(
     return out
 
 
+# the reference's words for a root mean square (an RMSNorm, alone or after a residual add)
+RMS_WORDS = ("rsqrt", "sqrt", "rms_norm", "norm(")
+
+
 def source(d: Definition) -> str:
     """The reference's source with comments dropped (a word in a comment is no evidence of what it computes)."""
     return "\n".join(line.split("#", 1)[0] for line in d.reference.splitlines())
@@ -137,6 +141,14 @@ def flat_shape(shape: tuple[int, ...], rank: int) -> tuple[int, ...]:
     for n in shape[: len(shape) - rank + 1]:
         lead *= n
     return (lead, *shape[len(shape) - rank + 1 :])
+
+
+def rows_dims(b: OpBinding, d: Definition, p: CanaryProfile) -> dict[str, int]:
+    """The model at the sizes a definition fixes for its x [tokens, hidden]: d_model from a constant hidden axis, the
+    batch from a constant token count (a norm's rows are every token of the batch)."""
+    tokens, hidden = d.inputs[next(s.name for s in b.inputs if s.role == "x")].shape or ["", ""]
+    out = {"d_model": const(d, hidden)} if const(d, hidden) is not None else {}
+    return {**out, **token_count(p, const(d, tokens))}  # type: ignore[dict-item]
 
 
 def token_count(p: CanaryProfile, tokens: int | None) -> dict[str, int]:
