@@ -45,10 +45,22 @@ OP_CLASSES: dict[str, str | None] = {
     "quantization": None,
     "sampling": None,
 }
-# the classes whose sites are matched from a signature; the embedding and loss sites are taken only where audit.json
-# names them (worker.canary.matching), so an uncurated embedding or loss kernel gets no canary yet
+# the classes whose sites are matched from a signature (worker.canary.matching): every owed class, since the original
+# sites (norm, embedding, loss) have families too; the headline's second share counts the definitions an uncurated
+# upload of those classes could get a canary for
 SIGNATURE_CLASSES = frozenset(
-    {"linear / GEMM", "MLP gate-up (GLU)", "attention", "RoPE", "norm", "residual + norm", "softmax", "MoE routing"}
+    {
+        "linear / GEMM",
+        "MLP gate-up (GLU)",
+        "attention",
+        "RoPE",
+        "norm",
+        "residual + norm",
+        "softmax",
+        "MoE routing",
+        "embedding",
+        "loss",
+    }
 )
 
 

@@ -115,6 +115,8 @@ def test_the_binding_says_which_model_each_site_trains(catalogue: Catalogue) -> 
     assert arch("softmax").attention == "softmax" and arch("softmax").rope is None and arch("rope").rope == "neox"
     assert arch("moe_topk_routing").mlp == "moe" and arch("moe_topk_routing").moe_renorm
     assert arch("rmsnorm_forward") == arch("rmsnorm_backward") == arch_of("norm")  # the original model
+    assert arch("embedding_backward") == arch_of("embedding") and arch("cross_entropy") == arch_of("loss")
+    assert arch("embedding_rmsnorm_backward").emb_norm  # a norm right after the embedding
     assert all(arch(n).mlp != "moe" for n in MATCHED if n != "moe_topk_routing")
 
 
@@ -133,32 +135,42 @@ def test_definitions_that_fit_no_site_say_why_for_each_site(catalogue: Catalogue
         "attention_decode:",
         "moe_routing:",
         "norm:",
+        "embedding_norm:",
+        "embedding:",
+        "loss:",
     ):
         assert site in found.how
 
 
-# problem -> the roles of its inputs and outputs, for the catalogue's RMSNorms (curated: audit.json names site norm)
-RMSNORMS = {
-    "rmsnorm_forward": (["x", "norm_weight", "eps"], ["y"]),
-    "rmsnorm_backward": (["x", "norm_weight", "grad_output", "eps"], ["grad_x", "grad_norm_weight"]),
+# problem -> its original site and the roles of its inputs and outputs (curated: audit.json names the site)
+ORIGINAL = {
+    "rmsnorm_forward": ("norm", ["x", "norm_weight", "eps"], ["y"]),
+    "rmsnorm_backward": ("norm", ["x", "norm_weight", "grad_output", "eps"], ["grad_x", "grad_norm_weight"]),
+    "embedding_backward": ("embedding", ["ids", "grad_output", "num_embeddings", "padding_idx"], ["grad_table"]),
+    "embedding_rmsnorm_backward": (
+        "embedding_norm",
+        ["ids", "table", "norm_weight", "grad_output", "eps"],
+        ["grad_table", "grad_norm_weight"],
+    ),
+    "cross_entropy": ("loss", ["logits", "targets", "ignore_index"], ["loss", "grad_logits"]),
 }
 
 
-@pytest.mark.parametrize("name", sorted(RMSNORMS))
-def test_an_rmsnorm_matches_the_norm_site_from_the_signature_as_audit_json_would_name_it(
+@pytest.mark.parametrize("name", sorted(ORIGINAL))
+def test_an_original_site_s_op_matches_it_from_the_signature_as_audit_json_would_name_it(
     catalogue: Catalogue, name: str
 ) -> None:
-    """With audit.json set aside (an uncurated definition) the signature and the reference find site norm, with the
-    binding a curated audit.json naming norm gives: the model trains the same either way."""
+    """With audit.json set aside (an uncurated definition) the signature and the reference find the original site,
+    with the binding a curated audit.json naming it gives: the model trains the same either way."""
     problem = catalogue.get(name)
-    assert problem.spec.canary is not None and problem.spec.canary.site == "norm"
+    site, ins, outs = ORIGINAL[name]
+    assert problem.spec.canary is not None and problem.spec.canary.site == site
     found = _match(problem.definition)
     assert found.binding is not None, found.how
-    assert found.binding.site == "norm" and found.how.startswith("matched site 'norm' from the signature")
+    assert found.binding.site == site and found.how.startswith(f"matched site '{site}' from the signature")
     assert "the reference agrees with the site's op on an example" in found.how
-    ins, outs = RMSNORMS[name]
     assert [s.role for s in found.binding.inputs] == ins and [s.role for s in found.binding.outputs] == outs
-    assert found.binding == _match(problem.definition, "norm").binding and found.profile == CPU
+    assert found.binding == _match(problem.definition, site).binding and found.profile == CPU
 
 
 def test_the_norm_site_refuses_a_layernorm_and_an_rmsnorm_with_eps_outside_the_root(catalogue: Catalogue) -> None:
@@ -185,6 +197,64 @@ def test_the_norm_site_refuses_a_layernorm_and_an_rmsnorm_with_eps_outside_the_r
     ):
         found = _match(refused)
         assert found.binding is None and "norm: the reference does not compute the site's op" in found.how
+
+
+def _table_grad(name: str, body: str) -> Definition:
+    """An embedding backward's signature; `body` fills grad [num_embeddings, hidden] from indices and grad_output."""
+    return _definition(
+        name,
+        {"t": None, "v": None, "h": None},
+        {"indices": (["t"], "int64"), "grad_output": (["t", "h"], "bfloat16"), "num_embeddings": (None, "int64")},
+        {"grad_weight": (["v", "h"], "bfloat16")},
+        "import torch\n\ndef run(indices, grad_output, num_embeddings):\n"
+        "    grad = torch.zeros(num_embeddings, grad_output.shape[1])\n"
+        f"    {body}\n"
+        "    return grad.to(torch.bfloat16)\n",
+    )
+
+
+def test_the_embedding_sites_refuse_a_lookup_and_a_scatter_that_does_not_add_per_row(catalogue: Catalogue) -> None:
+    """An embedding's forward (table[ids], a row per token) is no table gradient, at either embedding site. A
+    scatter that writes each token's row instead of adding it, a mean per id (segment_mean's op under the
+    embedding's names) and a padding row left with its tokens' gradient have the site's signature; the example's ids
+    repeat and one of them is the padding row, so running their references shows they compute another op."""
+    lookup = _definition(
+        "embedding_forward",
+        {"t": None, "v": None, "h": None},
+        {"indices": (["t"], "int64"), "weight": (["v", "h"], "bfloat16")},
+        {"output": (["t", "h"], "bfloat16")},
+        "import torch\n\ndef run(indices, weight):\n    return weight[indices]\n",
+    )
+    how = _match(lookup).how
+    assert "embedding: output holds a table's row per token id ([t, ...]): a lookup, the embedding's forward" in how
+    assert "embedding_norm: output holds a table's row per token id" in how
+    added = _table_grad("table_grad", "grad.index_add_(0, indices, grad_output.float())")
+    assert _match(added).binding is not None
+    d = catalogue.get("embedding_backward").definition
+    no_padding = d.model_copy(update={"reference": d.reference.replace("grad[padding_idx] = 0", "pass")})
+    for refused in (
+        _table_grad("table_grad_written", "grad[indices] = grad_output.float()"),
+        _table_grad(
+            "table_grad_mean",
+            "grad.index_add_(0, indices, grad_output.float())\n"
+            "    grad /= torch.bincount(indices, minlength=num_embeddings).clamp(min=1)[:, None]",
+        ),
+        no_padding,
+    ):
+        found = _match(refused)
+        assert found.binding is None and "embedding: the reference does not compute the site's op" in found.how
+
+
+def test_the_loss_site_refuses_a_sum_and_a_mean_that_counts_ignored_tokens(catalogue: Catalogue) -> None:
+    """The site trains the mean cross entropy of the tokens not ignored: a reference that sums, or divides by every
+    token (ignored ones too: some of the example's targets are ignore_index), computes another op."""
+    d = catalogue.get("cross_entropy").definition
+    summed = d.reference.replace(" / count", "")
+    every = d.reference.replace("valid.sum().clamp(min=1)", "torch.tensor(targets.numel())")
+    assert summed != d.reference and every != d.reference
+    for ref in (summed, every):
+        found = _match(d.model_copy(update={"reference": ref}))
+        assert found.binding is None and "loss: the reference does not compute the site's op" in found.how
 
 
 def test_a_signature_that_fits_is_still_refused_when_the_reference_computes_another_op(catalogue: Catalogue) -> None:
@@ -394,6 +464,10 @@ CALLS = {
     # matched from the signature (audit.json set aside): every RMSNorm of the model, 2 a layer and the final one
     "rmsnorm_forward": 5,
     "rmsnorm_backward": 5,
+    # the embedding's backward (alone or with the norm after it) once a step, the loss's forward once a step
+    "embedding_backward": 1,
+    "embedding_rmsnorm_backward": 1,
+    "cross_entropy": 1,
 }
 
 
@@ -440,6 +514,9 @@ SHAPES = {
     # the longest positions first: the batch's 32 sequences x positions 48-63 as decode rows, 4 query heads of dim 32
     "attention_decode_gqa": [(P.batch_size * T // 4, 4, 32)],
     "rmsnorm_backward": [(TOKENS, D), (D,)],
+    "embedding_backward": [(P.vocab_size, D)],
+    "embedding_rmsnorm_backward": [(P.vocab_size, D), (D,)],
+    "cross_entropy": [(), (TOKENS, P.vocab_size)],
 }
 
 

@@ -7,10 +7,10 @@ is then confirmed by running the reference on a small example of the op, at the 
 trusted op: the first whose outputs agree to within 16 units in the last place of their dtype is the match. So a
 signature that merely looks like a GEMM but adds a ReLU, or a softmax that is really a log-softmax, fits no site, and
 the layouts a signature cannot tell apart (NeoX or GPT-J RoPE, which half of a fused GLU input is the gate) are read
-from what the reference computes. Of the four original sites, norm (RMSNorm, forward or backward) is matched this
-way too, with the original site's roles, so an uncurated RMSNorm trains as a curated one does; a site audit.json
-names among the original four is bound by its roles alone, unconfirmed, as before any site was matched. The other
-three (embedding, embedding_norm, loss) are taken only where audit.json names them.
+from what the reference computes. The four original sites (norm, embedding, embedding_norm, loss) are matched this
+way too, with the original site's roles, so an uncurated RMSNorm, embedding backward or cross entropy trains as a
+curated one does; a site audit.json names among the original four is bound by its roles alone, unconfirmed, as
+before any site was matched.
 """
 
 from __future__ import annotations

@@ -128,6 +128,14 @@ def scalar_roles(site: Site, args: list[Arg], known: dict[str, tuple[str, ...]])
     return out
 
 
+def site_gives(b: OpBinding, given: tuple[str, ...], op: str) -> None:
+    """Refuses inputs whose roles the site does not hand its kernel (`given`): the original sites' roles take any
+    other argument for something, and the kernel could not run in the model without it."""
+    extra = [f"{s.name} (as {s.role})" for s in b.inputs if s.role not in given]
+    if extra:
+        raise CanaryUnsupported(f"{op} takes no {', '.join(extra)}; the site hands its kernel {', '.join(given)}")
+
+
 def flat(t: torch.Tensor, rank: int) -> torch.Tensor:
     """t with its leading axes merged so that it has `rank` axes ([B, T, D] at rank 2: [B*T, D])."""
     return t if rank >= t.dim() else t.reshape(flat_shape(tuple(t.shape), rank))

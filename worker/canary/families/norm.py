@@ -78,7 +78,11 @@ def bind(d: Definition, options: SiteOptions) -> OpBinding:
 
 
 def proposals(d: Definition) -> list[SiteOptions]:
-    b = bind(d, SiteOptions())
+    return rms_proposals(bind(d, SiteOptions()), d)
+
+
+def rms_proposals(b: OpBinding, d: Definition) -> list[SiteOptions]:
+    """The one layout of an RMSNorm's roles, where the reference computes a root mean square."""
     if b.role_in("rstd") is None:  # a backward handed rstd need compute no root itself
         require(d, RMS_WORDS, "root mean square")
     return [SiteOptions()]
