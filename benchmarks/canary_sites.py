@@ -1,7 +1,7 @@
 """The newer canary sites: each site's correct example must pass and its known-bad one fail.
 
     python benchmarks/canary_sites.py --out benchmarks/results/canary_sites_cpu [--device cpu|cuda] [--seeds 1]
-        [--only linear_forward,...]
+        [--only linear_forward,...] [--expected pass --lazy-nulls]   # the latter: false-positive repeats
 
 For every (problem, solution) of CASES, the canary stage (the device's profile, nulls always trained so that every row
 has its noise band, no parent cache) runs once per seed. One row per run: the site and how it was matched, the stage's
@@ -133,16 +133,25 @@ def site_row(
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", type=Path, required=True, help="path without suffix: OUT.json and OUT.md")
-    ap.add_argument("--seeds", type=int, default=1, help="runs per case, seeds 1..N")
+    ap.add_argument("--seeds", type=int, default=1, help="runs per case, seeds FIRST..FIRST+N-1")
+    ap.add_argument("--first-seed", type=int, default=1, help="the first seed (to continue a cut run)")
     ap.add_argument("--only", default="", help="comma-separated problem names")
     ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     ap.add_argument("--jobs", type=int, default=1, help="canary runs at once, each in its own process")
     ap.add_argument("--budget-s", type=float, default=float("inf"), help="stop waiting for runs after this long")
+    ap.add_argument("--expected", choices=("pass", "fail", "any"), help="only the cases expected to end so")
+    ap.add_argument(
+        "--lazy-nulls",
+        action="store_true",
+        help="train the nulls only for a gap over the floor, as an audit does (the verdict is the same; rows whose "
+        "gap stays under the floor then have no band)",
+    )
     args = ap.parse_args()
     only = set(filter(None, args.only.split(",")))
-    cases = [c for c in CASES if not only or c[0] in only]
-    # every row gets its noise band: the nulls are trained whatever the gap (the stage trains them only when needed)
-    profile = profile_for("gpu" if args.device == "cuda" else "cpu", lazy_nulls=False, seed_pool=None)
+    cases = [c for c in CASES if (not only or c[0] in only) and args.expected in (None, c[2])]
+    # by default every row gets its noise band: the nulls are trained whatever the gap; a fresh seed per run, never
+    # the parent cache's pool, so that repeats are independent draws
+    profile = profile_for("gpu" if args.device == "cuda" else "cpu", lazy_nulls=args.lazy_nulls, seed_pool=None)
     env = {
         "device": _machine(args.device),
         "torch": torch.__version__,
@@ -151,10 +160,8 @@ def main() -> None:
         "profile": profile.model_dump(mode="json"),
     }
     rows: list[dict[str, Any]] = []
-    order = {
-        (p, s, seed): i
-        for i, (seed, (p, s, _)) in enumerate((seed, c) for seed in range(1, args.seeds + 1) for c in cases)
-    }
+    seeds = range(args.first_seed, args.first_seed + args.seeds)
+    order = {(p, s, seed): i for i, (seed, (p, s, _)) in enumerate((seed, c) for seed in seeds for c in cases)}
 
     def record(row: dict[str, Any]) -> None:
         rows.append(row)
@@ -170,7 +177,7 @@ def main() -> None:
     # each run in its own process (benchmarks.parallel), --jobs at once: a canary's verdict does not depend on timing
     run_jobs(
         site_row,
-        [(p, s, e, seed, args.device, profile) for seed in range(1, args.seeds + 1) for p, s, e in cases],
+        [(p, s, e, seed, args.device, profile) for seed in seeds for p, s, e in cases],
         workers=args.jobs,
         budget_s=args.budget_s,
         on_result=record,

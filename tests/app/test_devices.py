@@ -123,6 +123,24 @@ def test_api_refuses_a_gpu_only_language_on_a_cpu_deployment_and_queues_nothing(
     assert _count(client, Submission) == 0 and _count(client, Audit) == 0
 
 
+@pytest.mark.parametrize(("dependency", "lang"), [("cutlass", "cute_dsl"), ("cutile", "cutile")])
+def test_api_refuses_an_older_form_gpu_dsl_on_a_cpu_deployment(sqlite_api, dependency: str, lang: str) -> None:  # type: ignore[no-untyped-def]
+    # SOL-ExecBench's earlier form: "language": "python", the DSL named only in dependencies. Read as PyTorch, it
+    # would be queued to the CPU and fail at import; it is refused up front like its spec.languages twin
+    client, keys, _ = sqlite_api
+    sol = example("pytorch_fp32")
+    sol["spec"] = {k: v for k, v in sol["spec"].items() if k != "languages"} | {
+        "language": "python",
+        "dependencies": ["torch", dependency],
+        "target_hardware": ["B200", "LOCAL"],
+    }
+    r = client.post("/v1/submissions", json=sol, headers=auth(keys["alice"]))
+    assert r.status_code == 422, r.text
+    (err,) = r.json()["errors"]
+    assert lang in err["reason"] and "but this deployment audits on cpu only" in err["reason"]
+    assert _count(client, Submission) == 0 and _count(client, Audit) == 0
+
+
 def test_api_queues_a_gpu_only_language_for_the_gpu_workers(sqlite_api) -> None:  # type: ignore[no-untyped-def]
     client, keys, settings = sqlite_api
     sol = example("pytorch_fp32")

@@ -137,7 +137,7 @@ def test_older_form_parses_with_a_compat_note() -> None:
     sol = load_solution(FIXTURES / "older_form_solution.json")
     assert sol.spec.languages == ["pytorch"] and sol.spec.family == "python" and not sol.spec.needs_gpu
     (note,) = sol.compat_notes
-    assert "spec.language 'python'" in note and "older form" in note and "['pytorch']" in note
+    assert "spec.language 'python'" in note and "older single-language form" in note and "['pytorch']" in note
     dumped = sol.model_dump(mode="json")
     assert dumped["spec"]["languages"] == ["pytorch"] and "language" not in dumped["spec"]
     assert Solution.model_validate(dumped).compat_notes == []  # the dump is the official form
@@ -162,6 +162,34 @@ def test_every_older_language_maps_to_the_official_list(old: str, new: list[str]
         }
     )
     assert sol.spec.languages == new and len(sol.compat_notes) == 1
+
+
+@pytest.mark.parametrize(
+    ("language", "dependencies", "new"),
+    [
+        # SOL-ExecBench's own earlier samples name a Python solution's GPU DSL only among its dependencies
+        ("python", ["torch", "cutlass"], ["cute_dsl"]),
+        ("python", ["torch", "cutile"], ["cutile"]),
+        ("python", ["torch", "nvidia-cudnn-frontend"], ["cudnn_frontend"]),
+        ("python", ["torch", "triton"], ["triton"]),
+        ("python", [" CuTile "], ["cutile"]),  # names compared trimmed and lower-cased
+        ("python", ["torch"], ["pytorch"]),
+        ("python", None, ["pytorch"]),
+        ("triton", ["torch", "cutlass"], ["triton"]),  # only a plain Python solution is re-read
+    ],
+)
+def test_an_older_python_solution_takes_its_gpu_dsl_from_its_dependencies(
+    language: str, dependencies: Any, new: list[str]
+) -> None:
+    spec: dict[str, Any] = {"language": language, "entry_point": "kernel.py::run"}
+    if dependencies is not None:
+        spec["dependencies"] = dependencies
+    sol = Solution.model_validate(
+        {"name": "s", "definition": "d", "spec": spec, "sources": [{"path": "kernel.py", "content": "x"}]}
+    )
+    (note,) = sol.compat_notes
+    assert sol.spec.languages == new and f"read as spec.languages {new}" in note
+    assert sol.spec.needs_gpu == (new[0] not in ("pytorch", "triton"))
 
 
 def test_notes_cannot_be_supplied_by_the_file() -> None:

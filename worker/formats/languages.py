@@ -6,7 +6,9 @@ solution may not mix:
                  and its function called;
   compiled C++:  cuda_cpp, cutlass, cudnn, cublas -- every C/C++/CUDA source is built into one extension
                  (binding `torch`: torch.utils.cpp_extension) and the entry point names a function it exports.
-kernel-audit's older form had one `spec.language` out of python, triton, cuda, cpp; LEGACY_LANGUAGES reads it.
+The older form, one `spec.language` out of python, triton, cuda, cpp, is kernel-audit's first schema and also
+SOL-ExecBench's own before `spec.languages` (its tests/samples at commit 3fa0f1f write a CuTe DSL kernel as
+`"language": "python"` with the dependency `cutlass`, and a cuTile one with `cutile`); `legacy_languages` reads it.
 """
 
 from __future__ import annotations
@@ -44,6 +46,27 @@ LEGACY_LANGUAGES: Final[dict[str, tuple[Language, ...]]] = {
 }
 
 
+# in the older form a Python solution named its GPU DSL only among its dependencies; the first match decides. Without
+# this a CuTe DSL or cuTile kernel would be read as PyTorch, accepted on a CPU-only deployment and fail at import
+LEGACY_PYTHON_DEPENDENCIES: Final[tuple[tuple[frozenset[str], Language], ...]] = (
+    (frozenset({"cutile", "cuda-tile", "cuda_tile", "cuda.tile"}), "cutile"),
+    (frozenset({"cutlass", "cute", "cute_dsl", "cute-dsl", "cutlass-dsl", "nvidia-cutlass-dsl"}), "cute_dsl"),
+    (frozenset({"cudnn_frontend", "cudnn-frontend", "nvidia-cudnn-frontend"}), "cudnn_frontend"),
+    (frozenset({"triton"}), "triton"),
+)
+
+
+def legacy_languages(old: str, dependencies: object) -> tuple[Language, ...]:
+    """SOL-ExecBench's `spec.languages` for an older-form `spec.language` (a key of LEGACY_LANGUAGES), reading a
+    Python solution's dependencies for the GPU DSL it uses."""
+    if old == "python" and isinstance(dependencies, list):
+        names = {d.strip().lower() for d in dependencies if isinstance(d, str)}
+        for aliases, language in LEGACY_PYTHON_DEPENDENCIES:
+            if names & aliases:
+                return (language,)
+    return LEGACY_LANGUAGES[old]
+
+
 def family_of(languages: Iterable[Language]) -> LanguageFamily:
     """python or cpp; a list that mixes them is refused where it is parsed (SolutionSpec)."""
     return "cpp" if any(lang in CPP_LANGUAGES for lang in languages) else "python"
@@ -57,6 +80,7 @@ def gpu_only(languages: Iterable[Language]) -> list[Language]:
 def legacy_note(old: str, new: tuple[Language, ...]) -> str:
     """The compat note a report shows for a solution written in the older form."""
     return (
-        f"spec.language '{old}' is kernel-audit's older form; read as spec.languages {list(new)} "
+        f"spec.language '{old}' is the older single-language form (kernel-audit's first schema, and SOL-ExecBench's "
+        f"before spec.languages); read as spec.languages {list(new)} "
         "(SOL-ExecBench's form: a list of pytorch, triton, cute_dsl, cutile, cudnn_frontend, cuda_cpp, cutlass, cudnn, cublas)"
     )

@@ -14,8 +14,8 @@ SOL-ExecBench's spec (core/data/solution.py, BuildSpec):
   compile_options            {cflags, cuda_cflags, ld_flags}, added to the evaluator's own flags; defaults
                              cflags [], cuda_cflags ["-O3", "--use_fast_math"], ld_flags ["-lcuda"]
 
-kernel-audit's older form had `spec.language` (python|triton|cuda|cpp): it is still read, mapped to
-`languages`, and leaves a note in `compat_notes` for the report. A model always dumps SOL-ExecBench's form.
+The older form's `spec.language` (python|triton|cuda|cpp; kernel-audit's and SOL-ExecBench's own earlier schema) is
+still read, mapped to `languages` (a Python solution's GPU DSL from its dependencies), and leaves a note in `compat_notes` for the report. A model always dumps SOL-ExecBench's form.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ from worker.formats.languages import (
     LanguageFamily,
     family_of,
     gpu_only,
+    legacy_languages,
     legacy_note,
 )
 
@@ -145,7 +146,7 @@ class CompileOptions(BaseModel):
 
 
 def read_older_spec(spec: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
-    """The spec in SOL-ExecBench's form, and the notes saying what was read from kernel-audit's older form."""
+    """The spec in SOL-ExecBench's form, and the notes saying what was read from the older single-language form."""
     if "language" not in spec:
         return spec, []
     spec = dict(spec)
@@ -160,7 +161,7 @@ def read_older_spec(spec: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
             f"spec.language: {shown} is not one of the older form's python, triton, cuda, cpp; SOL-ExecBench's "
             f"form is spec.languages, a list of {', '.join(LANGUAGES)}"
         )
-    new = LEGACY_LANGUAGES[old]
+    new = legacy_languages(old, spec.get("dependencies"))
     spec["languages"] = list(new)
     return spec, [legacy_note(old, new)]
 
