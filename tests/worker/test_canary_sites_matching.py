@@ -275,7 +275,7 @@ def test_a_signature_that_fits_is_still_refused_when_the_reference_computes_anot
 def test_sites_named_in_audit_json_and_none(catalogue: Catalogue) -> None:
     rms = catalogue.get("rmsnorm_forward")
     named = _match(rms.definition, "norm")
-    # bound by its roles alone, as before the norm site had a family: no "; matched ..." from the reference
+    # a curated folder naming 'norm' is bound by its input roles alone, the reference not re-checked: no "; matched ..."
     assert named.binding is not None and named.binding.site == "norm" and named.how == "audit.json names site 'norm'"
     assert _match(catalogue.get("softmax").definition, "none").binding is None
     newer = _match(catalogue.get("softmax").definition, "softmax")

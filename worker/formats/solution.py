@@ -15,7 +15,8 @@ SOL-ExecBench's spec (core/data/solution.py, BuildSpec):
                              cflags [], cuda_cflags ["-O3", "--use_fast_math"], ld_flags ["-lcuda"]
 
 The older form's `spec.language` (python|triton|cuda|cpp; kernel-audit's and SOL-ExecBench's own earlier schema) is
-still read, mapped to `languages` (a Python solution's GPU DSL from its dependencies), and leaves a note in `compat_notes` for the report. A model always dumps SOL-ExecBench's form.
+still read, mapped to `languages` (a Python solution's GPU DSL from its dependencies), and leaves a note in
+`compat_notes` for the report. A model always dumps SOL-ExecBench's form.
 """
 
 from __future__ import annotations

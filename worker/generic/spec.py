@@ -311,7 +311,8 @@ def derive_plan(
         )
     if not ids:
         skipped.append("id distributions: no integer input is named or described as token ids, indices or targets")
-    # the probes below come after the others so that each seed draws the same axes for those as before them
+    # drawn last from the shared generator, so the axes a seed gives every probe above do not depend on whether
+    # these apply to the definition
     _large_offset_probes(definition, roles, base_axes, gen, add, skipped)
     _free_axis_probes(definition, roles, base, base_axes, gen, add, skipped)
     spec = AuditSpec(budgets=_budgets(definition, structure, roles, max_ratio), probes=probes)
