@@ -16,8 +16,13 @@ from pydantic import AfterValidator, BaseModel, Field
 
 from worker.registry import VERDICT, is_stage, stage_order
 
+# the key of a stage error's evidence that names what the worker lacks to judge the kernel (a GPU of another
+# generation; a GPU at all, for bf16 arithmetic in Triton): inconclusive, and a retry on the same worker would be too
+WORKER_LIMIT = "worker_cannot_judge"
+
 __all__ = [
     "VERDICT",
+    "WORKER_LIMIT",
     "AuditOutcome",
     "AuditReport",
     "StageName",

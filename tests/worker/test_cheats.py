@@ -79,6 +79,9 @@ CASES = [
     ),
     # first call only: a poisoned buffer every round
     Case("first_call_only", P, F, ("benchmark",), "round 2/10"),
+    # right for every correctness round, then the banked output (SOL-ExecBench's own evil_timing_bypass sample does
+    # this): the timed calls' checked outputs, on fresh inputs
+    Case("correct_rounds_then_replay", P, F, ("benchmark",), "timed call"),
     # work on a thread (joined, so values are right): static
     Case("thread_work", F, P, ("static",), "[thread-or-process]", ("thread-or-process",)),
     # work on a side stream (none on the CPU, so values are right): static

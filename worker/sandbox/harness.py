@@ -13,6 +13,7 @@ import torch
 
 from worker import generated
 from worker.numerics import timing
+from worker.sandbox.interpreter_bf16 import Bf16Watch
 from worker.sandbox.protocol import OutputSpec
 
 _POISON_INT = -(2**31) + 7
@@ -48,6 +49,8 @@ class HarnessState:
         self.dps = True
         # set by 'hello' when the parent takes device outputs as exported CUDA memory (worker.sandbox.device_share)
         self.exporter: Any = None
+        # set by 'load' for a Triton solution on the CPU (worker.sandbox.interpreter_bf16)
+        self.bf16_watch: Bf16Watch | None = None
         # trusted references to the timers, taken before any submission code runs
         self.perf_counter = time.perf_counter
         self.pristine: dict[str, object] = _watched()

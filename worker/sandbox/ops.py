@@ -70,6 +70,8 @@ def load(state: HarnessState, request: LoadRequest) -> LoadReply:
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(src.content)
     sys.path.insert(0, str(root))
+    if state.device.type == "cpu" and os.environ.get("TRITON_INTERPRET") == "1":
+        _watch_bf16(state, request)
     if request.artifact is not None:  # a C++ solution: its built extension, exactly the bytes the build produced
         from worker.build.loader import load_extension
 
@@ -92,6 +94,16 @@ def load(state: HarnessState, request: LoadRequest) -> LoadReply:
     state.module = module
     state.dps = request.dps
     return LoadReply()
+
+
+def _watch_bf16(state: HarnessState, request: LoadRequest) -> None:
+    """Before a solution that names Triton runs under the CPU interpreter: note any bf16 arithmetic it does there."""
+    if any("triton" in src.content for src in request.sources):
+        from worker.sandbox.interpreter_bf16 import Bf16Watch
+
+        watch = Bf16Watch()
+        if watch.install():
+            state.bf16_watch = watch
 
 
 @op(CustomInputsRequest)
@@ -157,6 +169,7 @@ def call(state: HarnessState, request: CallRequest) -> CallReply:
         exact_tensor_types=exact_types,
         args_after=after,
         made_digests=[made_digests[i] for i in made],
+        interpreter_bf16=state.bf16_watch.op if state.bf16_watch is not None else None,
     )
 
 

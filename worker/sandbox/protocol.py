@@ -223,6 +223,8 @@ class CallReply(Reply):
     # per argument: a tensor, a digest ({worker.generated.DIGEST_KEY: int}) or the scalar as sent
     args_after: list[Any]
     made_digests: list[int]  # digests of the inputs the child made from recipes, in argument order
+    # the first Triton interpreter op that took a bf16 operand (worker.sandbox.interpreter_bf16); None: none did
+    interpreter_bf16: str | None = None
 
 
 class CallRequest(Request[CallReply]):

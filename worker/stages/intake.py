@@ -15,6 +15,7 @@ from worker.formats.languages import Language
 from worker.formats.solution import MAX_SOURCE_BYTES
 from worker.language_requirements import device_facts, unmet_requirements
 from worker.sandbox import SandboxError, SandboxOutOfMemory
+from worker.report import WORKER_LIMIT
 from worker.stages.result import StageResult, StageStatus
 
 NAME = "intake"
@@ -105,6 +106,7 @@ def run(ctx: AuditContext) -> StageResult:
     if ctx.device.startswith("cuda"):
         unmet = unmet_requirements(sol.spec.languages, device_facts(ctx.device))
         if unmet:  # e.g. cuTile on a Hopper: the worker cannot run it, which says nothing about the kernel
+            evidence[WORKER_LIMIT] = "; ".join(unmet)
             return StageResult(
                 name=NAME, status=StageStatus.error, summary="; ".join(unmet) + _notes_suffix(notes), evidence=evidence
             )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from worker.report import WORKER_LIMIT
 from worker.stages.result import AuditReport, StageResult, StageStatus, Verdict
 
 NAME = "verdict"
@@ -12,6 +13,11 @@ def _ran_and_passed(stages: list[StageResult], name: str) -> bool | None:
         if s.name == name and s.status in (StageStatus.passed, StageStatus.failed):
             return s.status is StageStatus.passed
     return None
+
+
+def retry_helps(stage: StageResult) -> bool:
+    """Whether the same audit, retried, may reach a verdict: not where the worker itself falls short."""
+    return WORKER_LIMIT not in stage.evidence
 
 
 def judge(stages: list[StageResult]) -> StageResult:
@@ -38,10 +44,11 @@ def judge(stages: list[StageResult]) -> StageResult:
     else:
         # the auditor's own limit or fault: never phrased as a catch, and the submitter is told what to do
         first = bad[0]
-        summary = (
-            f"error: inconclusive in {first.name}, not counted against the kernel; retry the audit "
-            f"(resubmit the same files): {first.summary}"
-        )
+        if retry_helps(first):
+            advice = "retry the audit (resubmit the same files)"
+        else:
+            advice = "this worker cannot judge it, and a retry here would not either"
+        summary = f"error: inconclusive in {first.name}, not counted against the kernel; {advice}: {first.summary}"
         status = StageStatus.error
     return StageResult(
         name=NAME,
@@ -52,7 +59,7 @@ def judge(stages: list[StageResult]) -> StageResult:
             # the stages that judged the kernel wrong; an error verdict has none (inconclusive lists those)
             "caught_by": [s.name for s in bad if s.status is StageStatus.failed],
             "inconclusive": [s.name for s in bad if s.status is StageStatus.error],
-            "retry": verdict is Verdict.error,
+            "retry": verdict is Verdict.error and retry_helps(bad[0]),
             # the benchmark's own judgement, and ours, reported separately (None: that stage did not run)
             "passes_benchmark": _ran_and_passed(stages, "benchmark"),
             "numerically_sound": _ran_and_passed(stages, "probes"),

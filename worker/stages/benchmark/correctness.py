@@ -21,7 +21,7 @@ from worker.problem_spec import Tolerance
 from worker.sandbox import Sandbox
 from worker.sandbox.protocol import CallRequest, output_specs
 from worker.stages.benchmark.calls import request
-from worker.stages.benchmark.failure import Failure, made_mismatch
+from worker.stages.benchmark.failure import Failure, interpreter_bf16_failure, made_mismatch
 from worker.stages.benchmark.report import Ledger
 from worker.stages.benchmark.stage import ROUNDS
 from worker.stages.benchmark.workloads import reference_outputs
@@ -58,7 +58,13 @@ def _one_round(
     )
     check_made([args[i] for i in made], reply.made_digests, where)
     ledger.mutated.update(inputs_mutated(definition, args, reply.args_after))
-    for c in check_round(definition, case, reply.outputs, ref, tol, where, exact=reply.exact_tensor_types):
+    try:
+        comparisons = check_round(definition, case, reply.outputs, ref, tol, where, exact=reply.exact_tensor_types)
+    except Failure as f:
+        if reply.interpreter_bf16 is not None and f.official == "INCORRECT_NUMERICAL":
+            raise interpreter_bf16_failure(where, reply.interpreter_bf16, f) from f
+        raise
+    for c in comparisons:
         ledger.stats[w.uuid].add(c)
     ledger.stats[w.uuid].rounds_passed += 1
 

@@ -22,7 +22,7 @@ from worker.stages.probes.checks import behavioural_checks
 from worker.stages.probes.one_probe import run_probes
 from worker.stages.probes.plan import jittered as _jittered
 from worker.stages.probes.plan import spec_and_plan as _spec
-from worker.stages.probes.report import nothing_applies, report
+from worker.stages.probes.report import inconclusive_under_interpreter, nothing_applies, report
 from worker.stages.probes.stage import NAME
 from worker.stages.result import StageResult, StageStatus
 
@@ -40,4 +40,8 @@ def run(ctx: AuditContext) -> StageResult:
     if not runs.applicable:
         return nothing_applies(ctx, plan, runs)
     behaviour = behavioural_checks(ctx, spec, runs)
-    return report(ctx, spec, plan, runs, behaviour)
+    result = report(ctx, spec, plan, runs, behaviour)
+    bf16_op = next((r.interpreter_bf16 for _, r in runs.ran.values() if r.interpreter_bf16), None)
+    if result.status == StageStatus.failed and bf16_op is not None:
+        return inconclusive_under_interpreter(result, bf16_op)
+    return result
