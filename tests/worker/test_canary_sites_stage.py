@@ -104,3 +104,28 @@ def test_the_canary_at_each_newer_site(site: str, problem: str, solution: str, e
         result.summary.startswith("changes training beyond rounding: the op's")
         and "x the ideal error" in result.summary
     )
+
+
+@pytest.mark.parametrize(
+    ("problem", "bad"),
+    [("embedding_backward", "pytorch_bf16_accum"), ("embedding_rmsnorm_backward", "pytorch_bf16_embed_accum")],
+)
+def test_an_uncurated_embedding_gradient_is_trained_and_its_bf16_accumulator_caught(problem: str, bad: str) -> None:
+    """The mission's own kernel, uploaded as a bare SOL-ExecBench definition (audit.json and oracle.py set aside):
+    the site comes from the signature, and the canary trains the kernel and fails the bf16 running sum."""
+    p = load_catalogue().get(problem).as_uncurated()
+    assert p.spec.canary is None  # nothing curated says where it trains
+    results = {}
+    for solution in ("pytorch_fp32", bad):
+        ctx = AuditContext(problem=p, solution=p.example_solution(solution), device="cpu", seed=1)
+        try:
+            results[solution] = canary_stage.run(ctx, SHORT)
+        finally:
+            ctx.close()
+    good, caught = results["pytorch_fp32"], results[bad]
+    for r in (good, caught):
+        assert r.metrics["site_match"].startswith("matched site '"), r.metrics["site_match"]
+        assert "from the signature" in r.metrics["site_match"]
+    assert good.status is StageStatus.passed, good.summary
+    assert caught.status is StageStatus.failed, caught.summary
+    assert caught.metrics["fidelity_failed"] and caught.metrics["fidelity_worst_ratio"] > 4.0
