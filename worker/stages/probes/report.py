@@ -12,6 +12,7 @@ from worker.numerics import checks
 from worker.numerics.dtypes import to_torch
 from worker.numerics.error_metrics import floor_note
 from worker.probes.diagnosis import diagnose
+from worker.probes.literal_constants import constant_mismatch
 from worker.probes.outcome import ProbeOutcome
 from worker.problem_spec import AuditSpec
 from worker.stages.probes.checks import Behaviour
@@ -68,6 +69,12 @@ def report(
     worst = max(measured, key=lambda o: o.worst_ratio) if measured else None
     diagnosis = diagnose(applicable, behaviour.results)
     status, summary = _verdict(binding, behaviour.results, measured, worst, plan)
+    if status is StageStatus.failed:
+        failing = [o.name for o in binding if o.kernel_error is None and o.input_error is None and not o.passed]
+        sources = [f.content for f in ctx.solution.sources]
+        constant = constant_mismatch(ctx.problem.definition.reference, sources, failing) if failing else None
+        if constant is not None:  # a named cause ahead of the error's size: what the author changes
+            diagnosis.insert(0, constant)
     if notes:
         summary += "; advisory, not counted: " + ", ".join(
             f"{o.name} ({'raised' if o.kernel_error else 'wrong'}: the kernel assumes contiguous inputs; call it on "
