@@ -17,10 +17,10 @@ from __future__ import annotations
 import pytest
 import torch
 
+from tests.solution_support import one_file_solution
 from worker.catalogue import Problem, load_catalogue
 from worker.context import AuditContext
 from worker.engine import run_audit
-from worker.formats import Solution
 from worker.formats.bundle import DefinitionBundle
 from worker.generic.shapes import FREE_AXIS_TARGET, free_axes
 from worker.generic.spec import LARGE_OFFSET_RATIOS, derive_plan, offset_std
@@ -140,19 +140,7 @@ def phase(tmp_path_factory: pytest.TempPathFactory) -> Problem:
 
 
 def _phase_probes(problem: Problem, body: str) -> tuple[StageStatus, str, dict[str, object]]:
-    solution = Solution.model_validate(
-        {
-            "name": "k",
-            "definition": problem.name,
-            "spec": {
-                "languages": ["pytorch"],
-                "target_hardware": ["LOCAL"],
-                "entry_point": "k.py::run",
-                "destination_passing_style": False,
-            },
-            "sources": [{"path": "k.py", "content": body}],
-        }
-    )
+    solution = one_file_solution(problem.name, body)
     report = run_audit(problem, solution, stages=["intake", "probes"], seed=3)
     stage = next(s for s in report.stages if s.name == "probes")
     return stage.status, stage.summary, stage.metrics

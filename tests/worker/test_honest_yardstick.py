@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.solution_support import one_file_solution
 from worker.catalogue import Problem
 from worker.engine import run_audit
-from worker.formats import Solution
 from worker.formats.bundle import DefinitionBundle
 from worker.numerics.error_metrics import measure_output
 from worker.numerics.reorder import Reorder
@@ -85,19 +85,7 @@ def _problem(tmp_path: Path, definition: dict[str, object], axes: list[dict[str,
 
 
 def _probes(problem: Problem, body: str) -> tuple[StageStatus, str, dict[str, object]]:
-    solution = Solution.model_validate(
-        {
-            "name": "k",
-            "definition": problem.name,
-            "spec": {
-                "languages": ["pytorch"],
-                "target_hardware": ["LOCAL"],
-                "entry_point": "k.py::run",
-                "destination_passing_style": False,
-            },
-            "sources": [{"path": "k.py", "content": body}],
-        }
-    )
+    solution = one_file_solution(problem.name, body)
     report = run_audit(problem, solution, stages=["intake", "probes"], seed=3)
     stage = next(s for s in report.stages if s.name == "probes")
     return stage.status, stage.summary, stage.metrics

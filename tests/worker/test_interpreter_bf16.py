@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import pytest
 
+from tests.solution_support import one_file_solution
 from worker.catalogue import Problem
 from worker.engine import run_audit
-from worker.formats import Solution
 from worker.formats.bundle import DefinitionBundle
 from worker.report import AuditReport
 from worker.stages import verdict
@@ -71,19 +71,7 @@ def problem(tmp_path_factory: pytest.TempPathFactory) -> Problem:
 
 
 def _audit(problem: Problem, body: str, stages: list[str]) -> AuditReport:
-    solution = Solution.model_validate(
-        {
-            "name": "k",
-            "definition": problem.name,
-            "spec": {
-                "languages": ["triton"],
-                "target_hardware": ["LOCAL"],
-                "entry_point": "k.py::run",
-                "destination_passing_style": True,
-            },
-            "sources": [{"path": "k.py", "content": body}],
-        }
-    )
+    solution = one_file_solution(problem.name, body, language="triton", dps=True)
     return run_audit(problem, solution, stages=stages, seed=11)
 
 

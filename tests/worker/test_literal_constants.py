@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from tests.solution_support import one_file_solution
 from worker.catalogue import Problem
 from worker.engine import run_audit
-from worker.formats import Solution
 from worker.formats.bundle import DefinitionBundle
 from worker.probes.literal_constants import constant_mismatch, small_literals
 from worker.stages.result import StageStatus
@@ -62,19 +62,7 @@ def problem(tmp_path_factory: pytest.TempPathFactory) -> Problem:
 
 
 def _probes(problem: Problem, eps: str) -> tuple[StageStatus, list[str], str]:
-    solution = Solution.model_validate(
-        {
-            "name": "k",
-            "definition": problem.name,
-            "spec": {
-                "languages": ["pytorch"],
-                "target_hardware": ["LOCAL"],
-                "entry_point": "k.py::run",
-                "destination_passing_style": True,
-            },
-            "sources": [{"path": "k.py", "content": KERNEL.format(eps=eps)}],
-        }
-    )
+    solution = one_file_solution(problem.name, KERNEL.format(eps=eps), dps=True)
     report = run_audit(problem, solution, stages=["intake", "benchmark", "probes"], seed=5)
     bench = next(s for s in report.stages if s.name == "benchmark")
     assert bench.status is StageStatus.passed, bench.summary  # the benchmark's own inputs never reach the regime
