@@ -9,6 +9,7 @@ from __future__ import annotations
 
 
 import pytest
+import torch
 
 from tests.solution_support import one_file_solution
 from worker.catalogue import Problem
@@ -17,6 +18,7 @@ from worker.formats.bundle import DefinitionBundle
 from worker.report import AuditReport
 from worker.stages import verdict
 from worker.report import WORKER_LIMIT
+from worker.sandbox import Sandbox
 from worker.stages.result import StageResult, StageStatus
 from worker.uploaded import problem_from_bundle
 
@@ -112,3 +114,33 @@ def test_only_an_error_that_names_the_workers_limit_drops_the_retry_advice() -> 
     assert verdict.judge([transient]).metrics["retry"] is True
     judged = verdict.judge([limited])
     assert judged.metrics["retry"] is False and "retry the audit" not in judged.summary
+
+
+ROUND = """import triton
+import triton.language as tl
+
+
+@triton.jit
+def _to_bf16(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=mask).to(tl.bfloat16), mask=mask)
+
+
+def run(x, y):
+    _to_bf16[(triton.cdiv(x.numel(), 1024),)](x, y, x.numel(), BLOCK=1024)
+"""
+
+
+def test_fp32_to_bf16_rounds_to_nearest_even_under_the_interpreter_as_on_a_gpu() -> None:
+    # values half an ulp of bf16 above a representable one, and random ones over fp32's range: the interpreter alone
+    # truncates all of them (doubling a bf16 output's error), the GPU and torch round to nearest even
+    ulp = 2.0**-8
+    ties = torch.tensor([1 + ulp / 2, 1 + 3 * ulp / 2, -(1 + 3 * ulp / 2), 1 + ulp / 2 + 2**-20, 3.0e38, 1e-40])
+    x = torch.cat([ties, torch.randn(5000) * torch.logspace(-30, 30, 5000)])
+    with Sandbox("cpu") as sb:
+        sb.load(one_file_solution("k", ROUND, language="triton", dps=True))
+        reply = sb.request("call", {"args": [x], "outputs": [{"shape": [x.numel()], "dtype": "bfloat16"}]})
+    (y,) = reply["outputs"]
+    assert torch.equal(y.view(torch.int16), x.to(torch.bfloat16).view(torch.int16))
+    assert reply["interpreter_bf16"] is None  # a conversion is not bf16 arithmetic
