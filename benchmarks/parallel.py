@@ -22,6 +22,7 @@ def run_jobs(
     on_result: Callable[[dict[str, Any]], None],
     initializer: Callable[..., None] | None = None,
     initargs: tuple[Any, ...] = (),
+    tasks_per_process: int | None = None,
 ) -> int:
     """Call fn(*job) for every job, `workers` at a time, each in a spawned process (CUDA cannot fork).
 
@@ -29,7 +30,9 @@ def run_jobs(
     and the rest never start; returns how many jobs did not finish. `initializer(*initargs)` runs once in
     each worker process before its first job (a warm worker's set-up). The budget counts from when every
     worker process has been set up: eight warm workers starting at once on one GPU took 50 s, which had cut
-    a 110 s budget to 55 s of audits (benchmarks/results/h200-2026-12-03/session10).
+    a 110 s budget to 55 s of audits (benchmarks/results/h200-2026-12-03/session10). `tasks_per_process`: a
+    process is replaced after that many jobs, so nothing one job leaves on the device (the caching allocator's
+    blocks) is there for the next (the set-up job counts as one).
     """
     done, stopped = 0, False
     workers = max(1, min(workers, len(jobs)))
@@ -38,6 +41,7 @@ def run_jobs(
         mp_context=multiprocessing.get_context("spawn"),
         initializer=_init_worker,
         initargs=(initializer, initargs),
+        max_tasks_per_child=tasks_per_process,
     )
     with multiprocessing.get_context("spawn").Manager() as manager:
         barrier = manager.Barrier(workers)  # one ready job per process: each waits until all are set up

@@ -31,6 +31,7 @@ import pytest
 from worker.canary.profiles import profile_for
 from worker.catalogue import load_catalogue
 from worker.context import AuditContext
+from worker.formats import SourceFile
 from worker.stages import canary as canary_stage
 from worker.stages.result import StageResult, StageStatus
 
@@ -129,3 +130,35 @@ def test_an_uncurated_embedding_gradient_is_trained_and_its_bf16_accumulator_cau
     assert good.status is StageStatus.passed, good.summary
     assert caught.status is StageStatus.failed, caught.summary
     assert caught.metrics["fidelity_failed"] and caught.metrics["fidelity_worst_ratio"] > 4.0
+
+
+ZEROED_POST_NORM = """import torch
+
+
+def run(input, residual, weight, eps, output):
+    output.zero_()  # the layer's output lost: training cannot use it
+"""
+
+
+def test_a_gap_past_one_nulls_limit_is_judged_again_against_more_nulls() -> None:
+    """With CanaryProfile.confirm_nulls, a gap still past the limit after the first null trains more nulls (kept in the
+    parent cache, so the next audit at that seed reads them) and is judged against all; a real loss stays caught."""
+    p = load_catalogue().get("post_add_rmsnorm")
+    profile = SHORT.model_copy(update={"confirm_nulls": 2})
+    solution = p.example_solution("pytorch_fp32").model_copy(
+        update={"sources": [SourceFile(path="kernel.py", content=ZEROED_POST_NORM)]}
+    )
+    results = []
+    for _ in range(2):
+        ctx = AuditContext(problem=p, solution=solution, device="cpu", seed=1)
+        try:
+            results.append(canary_stage.run(ctx, profile))
+        finally:
+            ctx.close()
+    first, again = results
+    for r in results:
+        assert r.status is StageStatus.failed, r.summary
+        assert all(r.metrics["loss_exceeded"].values())
+        assert r.metrics["runs"]["parent"] == 2 * (1 + 1 + 2)  # per optimiser: reference, first null, two more
+    assert "parent_confirm_nulls_train_s" in first.metrics["timings"]
+    assert "parent_confirm_nulls_train_s" not in again.metrics["timings"]  # read back with the parent's runs

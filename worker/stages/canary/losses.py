@@ -2,7 +2,8 @@
 
 A gap at or below the loss floor passes whatever the nulls say, so where the profile left them untrained
 (CanaryProfile.lazy_nulls) they are trained only when some gap exceeds the floor, and the losses judged again:
-the nulls can raise the threshold, never lower it.
+the nulls can raise the threshold, never lower it. Where the profile asks (CanaryProfile.confirm_nulls), a gap
+still past the threshold is judged again against more nulls before it fails the kernel.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from worker.canary import judge
 from worker.canary.profiles import Optimizer
 from worker.context import AuditContext
 from worker.stages.canary.plan import Plan
-from worker.stages.canary.runs import ParentRuns, train_nulls
+from worker.stages.canary.runs import ParentRuns, confirming, train_confirming_nulls, train_nulls
 from worker.stages.canary.submission import SubmissionRun
 
 
@@ -25,6 +26,10 @@ def judge_losses(
         ctx.progress("canary: a held-out gap exceeds the floor; training the null runs")
         train_nulls(plan, parent)
         nulls_trained = True
+        losses = _judged(plan, parent, submission)
+    if nulls_trained and any(lj.exceeded for lj in losses) and confirming(plan, parent):
+        ctx.progress("canary: a held-out gap exceeds the nulls' limit; training more nulls to confirm it")
+        train_confirming_nulls(plan, parent)
         losses = _judged(plan, parent, submission)
     return losses, nulls_trained
 

@@ -150,7 +150,7 @@ def _metrics(plan: Plan, j: Judgement) -> dict[str, Any]:
         "fidelity_failed": bool(j.fid_bad),
         "masked_by_adamw": j.masked_by_adamw,
         "runs": {
-            "parent": len(p.optimizers) * (1 + (p.repeat_runs + p.perturbed_runs if j.nulls_trained else 0)),
+            "parent": sum(1 + len(lj.null_mean_gaps) for lj in j.losses),
             "submission": len(p.optimizers),
         },
         # False: every gap was within the floor, which no null can lower, so the nulls were not trained (p.lazy_nulls)

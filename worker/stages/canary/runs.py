@@ -147,6 +147,37 @@ def train_nulls(plan: Plan, runs: ParentRuns) -> None:
     _store(plan, runs)
 
 
+def confirming(plan: Plan, runs: ParentRuns) -> bool:
+    """Whether the confirming nulls (CanaryProfile.confirm_nulls) are still to train: none in `runs` yet."""
+    first = len(plan.null_kinds)
+    return plan.profile.confirm_nulls > 0 and all(len(r.null_heldout) <= first for r in runs.values())
+
+
+def train_confirming_nulls(plan: Plan, runs: ParentRuns) -> None:
+    """CanaryProfile.confirm_nulls more 1-ulp nulls per optimiser, each from a generator of its own, appended to
+    `runs` and kept in its cache entry (a later audit of the problem at this seed judges against all of them)."""
+    p = plan.profile
+    n = p.confirm_nulls
+    kernels: list[Kernel] = []
+    opts: list[Optimizer] = []
+    for opt in p.optimizers:
+        kernels += [perturbed_kernel(plan.ref, plan.seed + 1000 + p.perturbed_runs + i, plan.device) for i in range(n)]
+        opts += [opt] * n
+    with parent_thread(plan.device, p.threads):
+        t = time.perf_counter()
+        outs = _train(plan, kernels, opts)
+        evals = [plan.evaluate(o.checkpoints) for o in outs]
+        plan.timings["parent_confirm_nulls_train_s"] = round(time.perf_counter() - t, 2)
+    for j, opt in enumerate(p.optimizers):
+        run = runs[opt]
+        runs[opt] = replace(
+            run,
+            null_heldout=[*run.null_heldout, *evals[j * n : (j + 1) * n]],
+            null_kinds=[*run.null_kinds, *["perturbed_1ulp"] * n],
+        )
+    _store(plan, runs)
+
+
 def _members(plan: Plan, reference: bool, nulls: bool) -> tuple[list[Kernel], list[Optimizer]]:
     """The stacked pass's kernels and each one's optimiser: per optimiser the reference and/or its nulls (each
     optimiser's 1-ulp nulls draw from their own generators)."""
