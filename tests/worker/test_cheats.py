@@ -226,6 +226,11 @@ def test_evidence_of_specific_cheats() -> None:
     assert ("out of sequence" in forged.summary) or ("did not survive its own reply to 'call'" in forged.summary)
     assert "round 1/10" in forged.summary
 
+    # right in every correctness round, wrong when timed: what SOL-ExecBench's trace calls a reward hack
+    replay = {s.name: s for s in _audit(by["correct_rounds_then_replay"]).stages}["benchmark"]
+    assert replay.metrics["official"]["status"] == "REWARD_HACK"
+    assert "the output depends on being timed" in replay.summary
+
 
 @pytest.mark.slow
 def test_round_to_tolerance_is_caught_once_probes_exist() -> None:

@@ -121,6 +121,28 @@ def check_round(
     return comparisons
 
 
+def check_timed(
+    definition: Definition,
+    case: Case,
+    outs: list[torch.Tensor],
+    ref: list[torch.Tensor],
+    tol: Tolerance,
+    where: str,
+    *,
+    exact: list[bool] | None = None,
+) -> list[OutputComparison]:
+    """A timed call's outputs, judged after every correctness round passed. Wrong here and right there means the
+    output depends on being timed, which SOL-ExecBench records as REWARD_HACK (its driver checks the calls it times
+    on fresh inputs for the same reason), so the trace says that rather than a numerics failure."""
+    try:
+        return check_round(definition, case, outs, ref, tol, where, exact=exact)
+    except Failure as f:
+        if f.official in ("INCORRECT_NUMERICAL", "INCORRECT_SHAPE", "INCORRECT_DTYPE"):
+            f.official = "REWARD_HACK"
+            f.summary += "; right in every correctness round, wrong in a timed call: the output depends on being timed"
+        raise
+
+
 def check_made(made: list[torch.Tensor], digests: object, where: str) -> None:
     """The inputs the child made from recipes for one call must be the ones this process made: their digests agree.
 
