@@ -8,6 +8,7 @@ SOL-ExecBench's own sample RMSNorm (bf16 in and out, fp32 reference)."""
 from __future__ import annotations
 
 
+import numpy as np
 import pytest
 import torch
 
@@ -19,6 +20,7 @@ from worker.report import AuditReport
 from worker.stages import verdict
 from worker.report import WORKER_LIMIT
 from worker.sandbox import Sandbox
+from worker.sandbox.interpreter_bf16 import round_to_bf16
 from worker.stages.result import StageResult, StageStatus
 from worker.uploaded import problem_from_bundle
 
@@ -144,3 +146,12 @@ def test_fp32_to_bf16_rounds_to_nearest_even_under_the_interpreter_as_on_a_gpu()
     (y,) = reply["outputs"]
     assert torch.equal(y.view(torch.int16), x.to(torch.bfloat16).view(torch.int16))
     assert reply["interpreter_bf16"] is None  # a conversion is not bf16 arithmetic
+
+
+def test_the_rounding_keeps_a_scalars_shape_and_reads_strided_values() -> None:
+    scalar = np.array(1 + 2.0**-8 + 2.0**-12, dtype=np.float32)  # just above a tie: rounds up
+    assert round_to_bf16(scalar).shape == ()
+    assert int(round_to_bf16(scalar)) == torch.tensor(float(scalar)).to(torch.bfloat16).view(torch.int16).item()
+    strided = np.random.default_rng(0).standard_normal((4, 6)).astype(np.float32)[:, ::2]
+    want = torch.from_numpy(np.ascontiguousarray(strided)).to(torch.bfloat16).view(torch.int16).numpy()
+    assert (round_to_bf16(strided) == want.view(np.uint16)).all()

@@ -81,7 +81,7 @@ def _is_bf16(value: Any, bf16: Any) -> bool:
 
 def round_to_bf16(values: np.ndarray) -> np.ndarray:
     """fp32 -> bf16 bits, rounded to nearest even as the GPU and torch do; NaN stays a (quiet) NaN of its sign."""
-    bits = np.ascontiguousarray(values, dtype=np.float32).view(np.uint32)
+    bits = np.asarray(values, dtype=np.float32).view(np.uint32)  # keeps a 0-d scalar's shape
     out = ((bits + np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16)).astype(np.uint16)
     nan = np.isnan(values)
     if np.any(nan):
