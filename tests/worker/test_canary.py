@@ -176,3 +176,18 @@ def test_canary_is_skipped_without_a_site(catalogue: Catalogue) -> None:
     assert problem.spec.canary is None
     ctx = AuditContext(problem=problem, solution=problem.example_solution("pytorch_fp32"))
     assert canary_stage.run(ctx).status is StageStatus.skipped
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_the_canary_gives_the_memory_it_trained_with_back_to_the_card(catalogue: Catalogue) -> None:
+    problem = catalogue.get("embedding_backward")
+    ctx = AuditContext(problem=problem, solution=problem.example_solution("pytorch_fp32"), device="cuda", seed=3)
+    torch.cuda.reset_peak_memory_stats()
+    try:
+        result = canary_stage.run(ctx)
+    finally:
+        ctx.close()
+    assert result.status is StageStatus.passed, result.summary
+    peak, after = torch.cuda.max_memory_reserved(), torch.cuda.memory_reserved()
+    assert peak > 0 and after < 0.1 * peak, (after, peak)

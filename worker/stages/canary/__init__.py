@@ -61,11 +61,26 @@ def run(ctx: AuditContext, profile: CanaryProfile | None = None) -> StageResult:
         with device_slot(ctx.device, "canary", SlotSettings.from_env().canary_slots) as waited:
             if waited > 0.05:
                 ctx.progress(f"canary: waited {waited:.1f} s for a training slot on {ctx.device}")
-            result = _run(ctx, p, site.binding, site.how)
+            try:
+                result = _run(ctx, p, site.binding, site.how)
+            finally:
+                _give_back_cached(ctx.device)
         result.metrics["slot_wait_s"] = round(waited, 3)
         return result
     finally:
         torch.set_num_threads(previous)
+
+
+def _give_back_cached(device: str) -> None:
+    """The blocks the training freed go back to the card, inside the slot, for the next training there.
+
+    Nothing of a canary stays alive after it (measured on the CPU: no tensor left after each of eight canaries, host
+    memory flat), but the caching allocator keeps what a process freed: on an 80 GB H100, three benchmark processes
+    running canary after canary held all of the card's memory by about the fifteenth run
+    (benchmarks/results/h100-2026-12-06/fp20c_smi.log), and the next one ran out."""
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
+        torch.cuda.empty_cache()
 
 
 def _run(ctx: AuditContext, p: CanaryProfile, binding: OpBinding, site_how: str) -> StageResult:
