@@ -8,15 +8,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.solution_support import one_file_solution
+from tests.solution_support import one_file_solution, uploaded_problem
 from worker.catalogue import Problem
 from worker.engine import run_audit
-from worker.formats.bundle import DefinitionBundle
 from worker.numerics.error_metrics import measure_output
 from worker.numerics.reorder import Reorder
 from worker.problem_spec import OutputBudget
 from worker.stages.result import StageStatus
-from worker.uploaded import problem_from_bundle
 
 GEMM = {
     "name": "fp32_gemm",
@@ -78,12 +76,6 @@ def run(x):
 """
 
 
-def _problem(tmp_path: Path, definition: dict[str, object], axes: list[dict[str, int]]) -> Problem:
-    workloads = [{"uuid": f"w{i}", "axes": a, "inputs": {}} for i, a in enumerate(axes)]
-    bundle = DefinitionBundle.model_validate({"definition": definition, "workloads": workloads})
-    return problem_from_bundle(bundle, tmp_path / "uploads", trusted_reference=True)
-
-
 def _probes(problem: Problem, body: str) -> tuple[StageStatus, str, dict[str, object]]:
     solution = one_file_solution(problem.name, body)
     report = run_audit(problem, solution, stages=["intake", "probes"], seed=3)
@@ -93,7 +85,7 @@ def _probes(problem: Problem, body: str) -> tuple[StageStatus, str, dict[str, ob
 
 @pytest.fixture(scope="module")
 def gemm(tmp_path_factory: pytest.TempPathFactory) -> Problem:
-    return _problem(
+    return uploaded_problem(
         tmp_path_factory.mktemp("gemm"), GEMM, [{"m": 32, "k": 512, "n": 48}, {"m": 64, "k": 1024, "n": 32}]
     )
 
@@ -117,7 +109,7 @@ def test_a_bf16_accumulator_still_fails(gemm: Problem) -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("body", [SEQUENTIAL_ROWSUM, BLOCKED_ROWSUM], ids=["sequential", "blocked"])
 def test_an_honest_fp32_reduction_in_any_order_passes(tmp_path: Path, body: str) -> None:
-    problem = _problem(tmp_path, ROWSUM, [{"m": 16, "k": 4096}, {"m": 8, "k": 16384}])
+    problem = uploaded_problem(tmp_path, ROWSUM, [{"m": 16, "k": 4096}, {"m": 8, "k": 16384}])
     status, summary, _ = _probes(problem, body)
     assert status is StageStatus.passed, summary
 

@@ -12,35 +12,18 @@ import numpy as np
 import pytest
 import torch
 
-from tests.solution_support import one_file_solution
+from tests.solution_support import BF16_RMSNORM, one_file_solution, uploaded_problem
 from worker.catalogue import Problem
 from worker.engine import run_audit
-from worker.formats.bundle import DefinitionBundle
 from worker.report import AuditReport
 from worker.stages import verdict
 from worker.report import WORKER_LIMIT
 from worker.sandbox import Sandbox
 from worker.sandbox.interpreter_bf16 import round_to_bf16
 from worker.stages.result import StageResult, StageStatus
-from worker.uploaded import problem_from_bundle
 
 pytest.importorskip("triton")
 
-DEFINITION = {
-    "name": "rms_bf16_h64",
-    "op_type": "rmsnorm",
-    "axes": {"rows": {"type": "var"}, "hidden": {"type": "const", "value": 64}},
-    "inputs": {
-        "x": {"shape": ["rows", "hidden"], "dtype": "bfloat16"},
-        "weight": {"shape": ["hidden"], "dtype": "bfloat16"},
-    },
-    "outputs": {"y": {"shape": ["rows", "hidden"], "dtype": "bfloat16"}},
-    "reference": (
-        "import torch\n\n\ndef run(x, weight):\n    xf = x.float()\n"
-        "    y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-5) * weight.float()\n"
-        "    return y.to(x.dtype)\n"
-    ),
-}
 
 _KERNEL = """import triton
 import triton.language as tl
@@ -69,9 +52,7 @@ FP32_WRONG_EPS = _KERNEL.format(**FP32, eps="0.1")
 
 @pytest.fixture(scope="module")
 def problem(tmp_path_factory: pytest.TempPathFactory) -> Problem:
-    workloads = [{"uuid": f"w{i}", "axes": {"rows": r}, "inputs": {}} for i, r in enumerate((3, 16))]
-    bundle = DefinitionBundle.model_validate({"definition": DEFINITION, "workloads": workloads})
-    return problem_from_bundle(bundle, tmp_path_factory.mktemp("up") / "uploads", trusted_reference=True)
+    return uploaded_problem(tmp_path_factory.mktemp("up"), BF16_RMSNORM, [{"batch_size": 3}, {"batch_size": 16}])
 
 
 def _audit(problem: Problem, body: str, stages: list[str]) -> AuditReport:

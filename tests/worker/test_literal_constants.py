@@ -5,30 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from tests.solution_support import one_file_solution
+from tests.solution_support import BF16_RMSNORM, one_file_solution, uploaded_problem
 from worker.catalogue import Problem
 from worker.engine import run_audit
-from worker.formats.bundle import DefinitionBundle
 from worker.probes.literal_constants import constant_mismatch, small_literals
 from worker.stages.result import StageStatus
-from worker.uploaded import problem_from_bundle
 
-# SOL-ExecBench's way: the epsilon is a literal in the reference, not an input a probe could move
-DEFINITION = {
-    "name": "rmsnorm_h256_eps_literal",
-    "op_type": "rmsnorm",
-    "axes": {"batch_size": {"type": "var"}, "hidden_size": {"type": "const", "value": 256}},
-    "inputs": {
-        "hidden_states": {"shape": ["batch_size", "hidden_size"], "dtype": "bfloat16"},
-        "weight": {"shape": ["hidden_size"], "dtype": "bfloat16"},
-    },
-    "outputs": {"output": {"shape": ["batch_size", "hidden_size"], "dtype": "bfloat16"}},
-    "reference": (
-        "import torch\n\n\ndef run(hidden_states, weight):\n    EPS = 1e-5\n    x = hidden_states.to(torch.float32)\n"
-        "    y = x * torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + EPS) * weight.to(torch.float32)\n"
-        "    return y.to(hidden_states.dtype)\n"
-    ),
-}
 KERNEL = """import torch
 
 EPS = {eps}
@@ -56,9 +38,7 @@ def test_the_diagnosis_needs_a_differing_constant_on_both_sides() -> None:
 
 @pytest.fixture(scope="module")
 def problem(tmp_path_factory: pytest.TempPathFactory) -> Problem:
-    workloads = [{"uuid": f"w{b}", "axes": {"batch_size": b}, "inputs": {}} for b in (1, 33)]
-    bundle = DefinitionBundle.model_validate({"definition": DEFINITION, "workloads": workloads})
-    return problem_from_bundle(bundle, tmp_path_factory.mktemp("up") / "uploads", trusted_reference=True)
+    return uploaded_problem(tmp_path_factory.mktemp("up"), BF16_RMSNORM, [{"batch_size": 1}, {"batch_size": 33}])
 
 
 def _probes(problem: Problem, eps: str) -> tuple[StageStatus, list[str], str]:

@@ -25,8 +25,18 @@ from typing import Any
 
 import numpy as np
 
-# what a CPU worker lacks to judge such a kernel (worker.stages.result.WORKER_LIMIT)
+# what a CPU worker lacks to judge such a kernel (worker.report.WORKER_LIMIT)
 LIMIT = "bf16 arithmetic in Triton needs a GPU: Triton's CPU interpreter computes it on the raw bits"
+
+
+def inconclusive(op: str) -> str:
+    """What a stage says of such a kernel's numeric failure on a CPU worker (`op`: the first bf16 op seen)."""
+    return (
+        f"inconclusive on this CPU worker: the kernel does bf16 arithmetic in Triton (first in the interpreter's {op}), "
+        "which Triton's CPU interpreter computes on the raw bits, so its outputs here say nothing about the kernel; "
+        "audit it on a GPU worker, or convert to fp32 before computing"
+    )
+
 
 # numpy ops that are exact on a bf16 value's bits: moving or selecting them is not arithmetic
 _BIT_EXACT = frozenset({np.bitwise_and, np.bitwise_or, np.bitwise_xor, np.where})
@@ -36,10 +46,9 @@ _BUILDER_METHODS = ("binary_op", "ternary_op", "unary_op", "create_fma", "create
 
 
 class Bf16Watch:
-    """`seen`: some interpreter arithmetic took a bf16 operand since install(); `op`: the first such op's name."""
+    """`op`: the first interpreter op that took a bf16 operand since install(); None while none has."""
 
     def __init__(self) -> None:
-        self.seen = False
         self.op: str | None = None
 
     def install(self) -> bool:
@@ -64,8 +73,8 @@ class Bf16Watch:
         @functools.wraps(original)
         def watched(*args: Any) -> Any:
             exact = any(a is op for a in args for op in _BIT_EXACT)
-            if not self.seen and not exact and any(_is_bf16(a, bf16) for a in args[1:]):
-                self.seen, self.op = True, name
+            if self.op is None and not exact and any(_is_bf16(a, bf16) for a in args[1:]):
+                self.op = name
             return original(*args)
 
         return watched

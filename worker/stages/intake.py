@@ -14,8 +14,8 @@ from worker.formats.entry_check import check_entry
 from worker.formats.languages import Language
 from worker.formats.solution import MAX_SOURCE_BYTES
 from worker.language_requirements import device_facts, unmet_requirements
-from worker.sandbox import SandboxError, SandboxOutOfMemory
 from worker.report import WORKER_LIMIT
+from worker.sandbox import SandboxError, SandboxOutOfMemory
 from worker.stages.result import StageResult, StageStatus
 
 NAME = "intake"

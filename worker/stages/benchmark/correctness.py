@@ -78,6 +78,16 @@ def _official_of(out: Any, ref: torch.Tensor, dtype: str) -> str:
     return "INCORRECT_NUMERICAL"
 
 
+def _wrong_output(summary: str, official: str, timed: bool, **evidence: Any) -> Failure:
+    """An output out of the rule. In a timed call, after every correctness round passed, that means the output
+    depends on being timed, which SOL-ExecBench records as REWARD_HACK (its driver checks the calls it times on
+    fresh inputs for the same reason)."""
+    if timed:
+        summary += "; right in every correctness round, wrong in a timed call: the output depends on being timed"
+        official = "REWARD_HACK"
+    return Failure(summary, official=official, **evidence)
+
+
 def check_round(
     definition: Definition,
     case: Case,
@@ -87,13 +97,16 @@ def check_round(
     where: str,
     *,
     exact: list[bool] | None = None,
+    timed: bool = False,
 ) -> list[OutputComparison]:
-    """`outs` against `ref`; `exact`: per output, whether the kernel returned a plain tensor (a call's reply says)."""
+    """`outs` against `ref`; `exact`: per output, whether the kernel returned a plain tensor (a call's reply says);
+    `timed`: the outputs of a timed call (`_wrong_output`)."""
     names = list(definition.outputs)
     if len(outs) != len(names):
-        raise Failure(
+        raise _wrong_output(
             f"{where}: the kernel gave {len(outs)} output(s), the definition has {len(names)} ({names})",
-            official="INCORRECT_SHAPE",
+            "INCORRECT_SHAPE",
+            timed,
         )
     subclassed = [n for n, e in zip(names, exact or []) if not e]
     if subclassed:
@@ -113,34 +126,13 @@ def check_round(
         c = compare_output(name, out, r, to_torch(definition.outputs[name].dtype), tol)
         comparisons.append(c)
         if not c.ok:
-            raise Failure(
+            raise _wrong_output(
                 f"{where}: {c.reason}",
-                official=_official_of(out, r, definition.outputs[name].dtype),
+                _official_of(out, r, definition.outputs[name].dtype),
+                timed,
                 comparison=c.model_dump(),
             )
     return comparisons
-
-
-def check_timed(
-    definition: Definition,
-    case: Case,
-    outs: list[torch.Tensor],
-    ref: list[torch.Tensor],
-    tol: Tolerance,
-    where: str,
-    *,
-    exact: list[bool] | None = None,
-) -> list[OutputComparison]:
-    """A timed call's outputs, judged after every correctness round passed. Wrong here and right there means the
-    output depends on being timed, which SOL-ExecBench records as REWARD_HACK (its driver checks the calls it times
-    on fresh inputs for the same reason), so the trace says that rather than a numerics failure."""
-    try:
-        return check_round(definition, case, outs, ref, tol, where, exact=exact)
-    except Failure as f:
-        if f.official in ("INCORRECT_NUMERICAL", "INCORRECT_SHAPE", "INCORRECT_DTYPE"):
-            f.official = "REWARD_HACK"
-            f.summary += "; right in every correctness round, wrong in a timed call: the output depends on being timed"
-        raise
 
 
 def check_made(made: list[torch.Tensor], digests: object, where: str) -> None:

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from worker.sandbox import interpreter_bf16
 from worker.report import WORKER_LIMIT
+from worker.sandbox import interpreter_bf16
 from worker.stages.result import StageStatus
 
 
@@ -42,9 +42,7 @@ def interpreter_bf16_failure(where: str, op: str, numeric: Failure) -> Failure:
     """Outputs out of tolerance from a Triton kernel that did bf16 arithmetic under the CPU interpreter, which
     computes bf16 wrongly (worker.sandbox.interpreter_bf16): inconclusive on this worker, not the kernel's fault."""
     return Failure(
-        f"{where}: inconclusive on this CPU worker: the kernel does bf16 arithmetic in Triton (first in the "
-        f"interpreter's {op}), which Triton's CPU interpreter computes on the raw bits, so its outputs here say "
-        "nothing about the kernel; audit it on a GPU worker, or convert to fp32 before computing",
+        f"{where}: {interpreter_bf16.inconclusive(op)}",
         StageStatus.error,
         official="RUNTIME_ERROR",
         interpreter_bf16=op,

@@ -19,7 +19,7 @@ from worker.numerics.timed_window import timed_window
 from worker.numerics.timing import TimingSample
 from worker.sandbox.protocol import CallReply, CallRequest, TimeReply, TimeRequest, output_specs
 from worker.stages.benchmark.calls import request
-from worker.stages.benchmark.correctness import check_made, check_timed
+from worker.stages.benchmark.correctness import check_made, check_round
 from worker.stages.benchmark.failure import Failure, made_mismatch
 from worker.stages.benchmark.timed import (
     GPU_BLOCK_REPS,
@@ -67,7 +67,7 @@ def time_by_parent(
     timed.fresh_inputs += len(cases)
     for i, (case, reply) in enumerate(zip(cases, replies)):
         args = case.args(definition)
-        check_timed(
+        check_round(
             definition,
             case,
             reply.outputs,
@@ -75,6 +75,7 @@ def time_by_parent(
             plan.tol,
             f"{where}, timed call {offset + i + 1}",
             exact=reply.exact_tensor_types,
+            timed=True,
         )
 
 
@@ -153,7 +154,13 @@ def time_in_child(
     for i, outs, made_digests in pending:  # one checked set made at a time, and dropped after
         args = cases[i].args(definition)
         check_made([args[j] for j in made[i]], made_digests, where)
-        check_timed(
-            definition, cases[i], outs, reference_outputs(ctx, args), plan.tol, f"{where}, timed call {offset + i + 1}"
+        check_round(
+            definition,
+            cases[i],
+            outs,
+            reference_outputs(ctx, args),
+            plan.tol,
+            f"{where}, timed call {offset + i + 1}",
+            timed=True,
         )
         cases[i].release()

@@ -15,11 +15,11 @@ from worker.probes.diagnosis import diagnose
 from worker.probes.literal_constants import constant_mismatch
 from worker.probes.outcome import ProbeOutcome
 from worker.problem_spec import AuditSpec
+from worker.report import WORKER_LIMIT
+from worker.sandbox import interpreter_bf16
 from worker.stages.probes.checks import Behaviour
 from worker.stages.probes.one_probe import ProbeRuns
 from worker.stages.probes.stage import NAME
-from worker.sandbox import interpreter_bf16
-from worker.report import WORKER_LIMIT
 from worker.stages.result import StageResult, StageStatus
 
 _PHASES = ("inputs", "oracle", "honest", "kernel", "measure")
@@ -42,16 +42,8 @@ def inconclusive_under_interpreter(result: StageResult, op: str) -> StageResult:
     """A failure of a Triton kernel that did bf16 arithmetic under the CPU interpreter, which computes bf16 on the
     raw bits (worker.sandbox.interpreter_bf16): the numbers say nothing about the kernel, so the stage is an error
     (inconclusive on this worker), with what it measured kept as evidence."""
-    summary = (
-        "inconclusive on this CPU worker: the kernel does bf16 arithmetic in Triton (first in the interpreter's "
-        f"{op}), which Triton's CPU interpreter computes on the raw bits; audit it on a GPU worker, or convert to "
-        f"fp32 before computing (measured here: {result.summary})"
-    )
-    evidence = {
-        **result.evidence,
-        "interpreter_bf16": op,
-        WORKER_LIMIT: interpreter_bf16.LIMIT,
-    }
+    summary = f"{interpreter_bf16.inconclusive(op)} (measured here: {result.summary})"
+    evidence = {**result.evidence, "interpreter_bf16": op, WORKER_LIMIT: interpreter_bf16.LIMIT}
     return result.model_copy(update={"status": StageStatus.error, "summary": summary, "evidence": evidence})
 
 
