@@ -239,6 +239,12 @@ def main() -> int:
     ap.add_argument("--jobs", type=int, default=1)
     ap.add_argument("--canary", action="store_true", help="run the canary stage too (site matched from the signature)")
     ap.add_argument("--budget-s", type=float, default=float("inf"))
+    ap.add_argument(
+        "--fresh-process",
+        action="store_true",
+        help="each audit in a new process, so that no device memory one audit's process holds is there for the next "
+        "(benchmarks/canary_sites.py --fresh-process says why)",
+    )
     ap.add_argument("--out", type=Path, required=True, help="markdown file; the JSON rows go beside it")
     ap.add_argument(
         "--resume", action="store_true", help="keep the rows already in --out's JSON and audit only the rest"
@@ -306,7 +312,14 @@ def main() -> int:
         )
         write()
 
-    unfinished = run_jobs(audit_row, jobs, workers=args.jobs, budget_s=args.budget_s, on_result=record)
+    unfinished = run_jobs(
+        audit_row,
+        jobs,
+        workers=args.jobs,
+        budget_s=args.budget_s,
+        on_result=record,
+        tasks_per_process=1 if args.fresh_process else None,
+    )
     write()
     missed = [r for r in rows if r["known_bad"] and r["benchmark"] != "failed" and probes_status(r) != "failed"]
     false_pos = [r for r in rows if not r["known_bad"] and (r["benchmark"] != "passed" or probes_status(r) != "passed")]
