@@ -226,6 +226,16 @@ def plan_jobs(
     return jobs
 
 
+def breadth_first(jobs: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    """The jobs reordered: every definition's first example (job[0] names it), then every second one, and so on."""
+    rank: dict[str, int] = {}
+    keyed = []
+    for i, job in enumerate(jobs):
+        rank[job[0]] = rank.get(job[0], -1) + 1
+        keyed.append((rank[job[0]], i, job))
+    return [job for _, _, job in sorted(keyed)]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--device", default="cpu")
@@ -239,6 +249,12 @@ def main() -> int:
     ap.add_argument("--jobs", type=int, default=1)
     ap.add_argument("--canary", action="store_true", help="run the canary stage too (site matched from the signature)")
     ap.add_argument("--budget-s", type=float, default=float("inf"))
+    ap.add_argument(
+        "--breadth-first",
+        action="store_true",
+        help="one example of every definition before the second of any, so a run its budget cuts short still spans "
+        "the catalogue",
+    )
     ap.add_argument(
         "--fresh-process",
         action="store_true",
@@ -266,6 +282,8 @@ def main() -> int:
         rows = previous["rows"]
         done = {(r["definition"], r["example"], path_of(r)) for r in rows}
         jobs = [j for j in jobs if (j[0], j[1], j[3]) not in done]
+    if args.breadth_first:
+        jobs = breadth_first(jobs)
     started = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
     import torch
 
