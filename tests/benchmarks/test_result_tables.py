@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from benchmarks.canary_matrix_plot import worst_by_bucket
-from benchmarks.generic_catalogue import canary_cell, markdown
+from benchmarks.generic_catalogue import breadth_first, canary_cell, markdown, plan_jobs
+from worker.catalogue import load_catalogue
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -72,3 +73,14 @@ def test_the_recorded_h200_matrix_shows_real_text_revealing_what_uniform_ids_mas
 @pytest.mark.parametrize("bucket", ["", "none", "0"])
 def test_buckets_without_contributions_are_not_plotted(bucket: str) -> None:
     assert worst_by_bucket({"fidelity": [{"bucket": bucket, "ratio": 5.0}]}) == {}
+
+
+def test_breadth_first_audits_one_example_of_every_definition_before_any_second() -> None:
+    jobs = plan_jobs(load_catalogue(), "cpu", ("generic",), None, with_curated=True)
+    ordered = breadth_first(jobs)
+    assert sorted(ordered) == sorted(jobs)
+    definitions = {j[0] for j in jobs}
+    assert {j[0] for j in ordered[: len(definitions)]} == definitions  # the first pass spans the catalogue
+    assert len(definitions) < len(jobs)  # and some definition has a second example, which comes after
+    for name in definitions:  # each definition's examples keep their order
+        assert [j for j in ordered if j[0] == name] == [j for j in jobs if j[0] == name]
