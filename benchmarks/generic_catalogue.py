@@ -123,16 +123,22 @@ def probes_status(row: dict[str, Any]) -> str:
     return row[f"{path_of(row)}_probes"]
 
 
+def inconclusive(row: dict[str, Any]) -> bool:
+    """A stage ended `error` (out of time or device memory, a worker limit): no verdict, for or against the kernel."""
+    return "error" in (row["benchmark"], probes_status(row))
+
+
 def verdict_cell(row: dict[str, Any]) -> str:
     probes, which = probes_status(row), f"the {path_of(row)} probes"
     if not row["known_bad"]:
-        ok = row["benchmark"] == "passed" and probes == "passed"
-        return "correct example: passes" if ok else "correct example: FLAGGED (false positive)"
+        if "failed" in (row["benchmark"], probes):
+            return "correct example: FLAGGED (false positive)"
+        return "correct example: inconclusive (a stage error)" if inconclusive(row) else "correct example: passes"
     if row["benchmark"] == "failed":
         return "known-bad: caught by the benchmark rule" + (f" and {which}" if probes == "failed" else "")
     if probes == "failed":
         return f"known-bad: caught only by {which}"
-    return "known-bad: MISSED by both"
+    return "known-bad: inconclusive (a stage error)" if inconclusive(row) else "known-bad: MISSED by both"
 
 
 def ratio_cell(row: dict[str, Any]) -> str:
@@ -339,18 +345,21 @@ def main() -> int:
         tasks_per_process=1 if args.fresh_process else None,
     )
     write()
-    missed = [r for r in rows if r["known_bad"] and r["benchmark"] != "failed" and probes_status(r) != "failed"]
-    false_pos = [r for r in rows if not r["known_bad"] and (r["benchmark"] != "passed" or probes_status(r) != "passed")]
+    outcomes = [verdict_cell(r) for r in rows]
+    missed = sum("MISSED" in o for o in outcomes)
+    false_pos = sum("FLAGGED" in o for o in outcomes)
     print(
-        f"{len(rows)} audits; {len(missed)} known-bad missed; {len(false_pos)} correct examples flagged; {unfinished} unfinished"
+        f"{len(rows)} audits; {missed} known-bad missed; {false_pos} correct examples flagged; "
+        f"{sum('inconclusive' in o for o in outcomes)} inconclusive; {unfinished} unfinished"
     )
     if args.canary:
-        ran = [r for r in rows if r.get("canary", {}).get("status") not in (None, "skipped")]
-        canary_fp = [r for r in ran if not r["known_bad"] and r["canary"]["status"] != "passed"]
+        ran = [r for r in rows if r.get("canary", {}).get("status") in ("passed", "failed")]  # a verdict came back
+        errored = [r for r in rows if r.get("canary", {}).get("status") == "error"]
+        canary_fp = [r for r in ran if not r["known_bad"] and r["canary"]["status"] == "failed"]
         print(
-            f"canary: ran for {len(ran)} of {len(rows)} audits "
-            f"({len({r['definition'] for r in ran})} of {len({r['definition'] for r in rows})} definitions); "
-            f"{len(canary_fp)} correct examples flagged by it"
+            f"canary: ran to a verdict for {len(ran)} of {len(rows)} audits "
+            f"({len({r['definition'] for r in ran})} of {len({r['definition'] for r in rows})} definitions), "
+            f"{len(errored)} ended error; {len(canary_fp)} correct examples flagged by it"
         )
     return 0
 

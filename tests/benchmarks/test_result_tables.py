@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.canary_matrix_plot import worst_by_bucket
-from benchmarks.generic_catalogue import breadth_first, canary_cell, markdown, plan_jobs
+from benchmarks.generic_catalogue import breadth_first, canary_cell, markdown, plan_jobs, verdict_cell
 from worker.catalogue import load_catalogue
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -84,3 +84,15 @@ def test_breadth_first_audits_one_example_of_every_definition_before_any_second(
     assert len(definitions) < len(jobs)  # and some definition has a second example, which comes after
     for name in definitions:  # each definition's examples keep their order
         assert [j for j in ordered if j[0] == name] == [j for j in jobs if j[0] == name]
+
+
+def test_a_stage_error_is_inconclusive_in_the_table_never_a_false_positive_or_a_miss() -> None:
+    # an audit's budget or the card's memory running out says nothing about the kernel
+    assert verdict_cell(_row(generic_probes="error")) == "correct example: inconclusive (a stage error)"
+    assert verdict_cell(_row(known_bad=True, generic_probes="error")) == "known-bad: inconclusive (a stage error)"
+    # a failure still decides, whatever else errored
+    assert verdict_cell(_row(benchmark="failed", generic_probes="error")) == "correct example: FLAGGED (false positive)"
+    assert verdict_cell(_row(known_bad=True, benchmark="error", generic_probes="failed")).startswith(
+        "known-bad: caught"
+    )
+    assert verdict_cell(_row(known_bad=True)) == "known-bad: MISSED by both"
