@@ -75,7 +75,10 @@ def main() -> None:
         return [(q * qk_scale).bfloat16(), (k * qk_scale).bfloat16(), (v + v_offset).bfloat16()]
 
     acc = catalogue_kernel()
-    lines = [f"# {Path(__file__).name}, seed {args.seed}, {HEADS} heads of {HEAD_DIM}, {TOKENS} tokens per case (batch x length)", ""]
+    lines = [
+        f"# {Path(__file__).name}, seed {args.seed}, {HEADS} heads of {HEAD_DIM}, {TOKENS} tokens per case (batch x length)",
+        "",
+    ]
     lines += ["bf16 output accumulator (64-key blocks): error x ideal by context length", ""]
     lines += ["| length | values N(0,1) | values N(2,1) |", "|---:|---:|---:|"]
     for length in (64, 256, 1024, 2048, 4096, 8192):

@@ -55,7 +55,7 @@ CASES: list[tuple[str, str, str]] = [
     ("rope", "pytorch_bf16_inv_freq", "fail"),
     ("rope", "pytorch_fp32_angles", "any"),
     ("rope", "pytorch_fp64_angles", "pass"),
-    ("attention_forward", "pytorch_bf16_accumulator", "any"),
+    ("attention_forward", "pytorch_bf16_accumulator", "fail"),  # on the long window (CanaryProfile.fidelity_context)
     ("attention_forward", "pytorch_fp32", "pass"),
     ("moe_topk_routing", "pytorch_bf16_softmax", "fail"),
     ("moe_topk_routing", "pytorch_ties_high_id", "any"),

@@ -56,6 +56,15 @@ class CanaryText:
     batches: torch.Tensor  # [steps, batch, seq_len+1] int32
     heldout: torch.Tensor  # [heldout_sequences, seq_len+1]
     evidence: dict[str, Any] = field(default_factory=dict)
+    # [1, fidelity_context+1] int32: one longer window of the training text, for the long-context fidelity check
+    long_window: torch.Tensor | None = None
+
+
+def long_window(train: torch.Tensor, p: CanaryProfile, seed: int) -> torch.Tensor | None:
+    """One window of `p.fidelity_context` + 1 training ids (None where the profile checks no long context)."""
+    if p.fidelity_context <= 0:
+        return None
+    return draw_batches(_wrapped(train, p.fidelity_context + 2), 1, 1, p.fidelity_context, seed + 1)[0]
 
 
 def canary_text(p: CanaryProfile, seed: int, stats: LoadedTokenStats | None = None) -> CanaryText:
@@ -65,6 +74,7 @@ def canary_text(p: CanaryProfile, seed: int, stats: LoadedTokenStats | None = No
         return CanaryText(
             batches=draw_batches(train, p.steps, p.batch_size, p.seq_len, seed),
             heldout=heldout_set(held, p.heldout_sequences, p.seq_len),
+            long_window=long_window(train, p, seed),
             evidence={
                 "user_statistics": False,
                 "source": f"built-in text: the King James Bible, byte-level BPE with {p.vocab_size} ids",
@@ -133,6 +143,7 @@ def _from_sample(p: CanaryProfile, seed: int, stats: LoadedTokenStats) -> Canary
     return CanaryText(
         batches=draw_batches(_wrapped(train, need), p.steps, p.batch_size, p.seq_len, seed),
         heldout=heldout_set(_wrapped(held, need), p.heldout_sequences, p.seq_len),
+        long_window=long_window(train, p, seed),
         evidence=evidence,
     )
 
@@ -155,5 +166,6 @@ def _from_histogram(p: CanaryProfile, seed: int, stats: LoadedTokenStats) -> Can
     return CanaryText(
         batches=train.reshape(p.steps, p.batch_size, width).to(torch.int32),
         heldout=held.reshape(p.heldout_sequences, width),
+        long_window=long_window(train, p, seed),  # the drawn training ids, end to end
         evidence=evidence,
     )

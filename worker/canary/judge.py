@@ -32,6 +32,7 @@ class BucketFidelity(BaseModel):
     output: str
     bucket: str
     rows: int
+    context: int | None = None  # tokens of the window the op's arguments came from, where longer than training's
     kernel_rel_err: float
     ideal_rel_err: float
     ratio: float

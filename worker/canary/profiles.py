@@ -52,6 +52,11 @@ class CanaryProfile(BaseModel):
         description="steps of the reference SGD run where the op's gradient is checked vs fp64"
     )
     fidelity_calls_per_step: int = 2
+    fidelity_context: int = Field(
+        0,
+        description="tokens of one longer real-text window on which the op is checked once more, at the last fidelity "
+        "step, where its reduction spans the sequence (attention); 0: no such check",
+    )
     # noise floor
     perturbed_runs: int = Field(
         description="reference runs with the op output moved by 1 ulp on a random half of elements, per optimiser"
@@ -110,6 +115,10 @@ CPU = CanaryProfile(
     heldout_sequences=64,
     checkpoints=(10, 20, 40, 60, 80),
     fidelity_steps=(0, 40, 80),
+    # a bf16 attention accumulator's error grows with the keys it sums, slowly: on Gaussian inputs 1.4x the ideal error
+    # at 64 tokens, 2.2-2.6x at 2,048, 3.3-5.1x at 8,192 (benchmarks/results/attention_accumulator_growth_cpu.txt);
+    # on this model's trained arguments 6.4x at 8,192 (tests/worker/test_canary_sites_stage.py), caught
+    fidelity_context=8192,
     threads=1,
     sgd_lr=0.1,
     # one 1-ulp null per optimiser: on the CPU its held-out gap is ~5e-5 nats (benchmarks/results/canary_cost_cpu.txt),
@@ -146,6 +155,7 @@ GPU = CanaryProfile(
     heldout_sequences=128,
     checkpoints=(25, 50, 75, 100),
     fidelity_steps=(0, 50, 100),
+    fidelity_context=8192,  # as on the CPU: the context a long-context model trains at, not the canary's 256
     perturbed_runs=1,
     repeat_runs=0,
     loss_floor=0.1,

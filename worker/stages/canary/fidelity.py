@@ -3,6 +3,10 @@
 The arguments are captured where the reference run meets the op (real batches, real weights at the profile's
 fidelity steps), so the check sees the distributions training produces; each call's error per bucket of rows is
 judged against the ideal output's (worker.canary.judge.fidelity).
+
+Where the op's reduction spans the sequence (attention), its error grows with the context, and the canary trains at
+a short one; so the trained weights also run one longer window of the training text (CanaryProfile.fidelity_context)
+and the op is judged on those arguments too, where the definition lets that axis vary.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from worker.canary import judge
 from worker.canary.binding import Kernel, OpBinding
 from worker.canary.train import State, capture_op_args
 from worker.context import AuditContext
+from worker.formats import Definition
 from worker.numerics.placement import on_device_or_cpu
 from worker.problem_spec import OutputBudget
 from worker.sandbox.protocol import CallRequest, output_specs
@@ -38,6 +43,7 @@ def gradient_fidelity(
     oracle = ctx.problem.oracle(ctx.reference)
     budgets = ctx.problem.spec.budgets
     state_at = {0: plan.init, **sgd_states}
+    short: list[Any] = []
     for fstep in p.fidelity_steps:
         state = state_at.get(fstep)
         if state is None:
@@ -45,8 +51,59 @@ def gradient_fidelity(
         seq = plan.batches[min(fstep, p.steps - 1)]
         for args in capture_op_args(p, plan.binding, plan.ref, state, seq, plan.device, p.fidelity_calls_per_step):
             fid.extend(_one_call(plan, sandbox, oracle, budgets, fstep, args))
+            short = args
     plan.timings["fidelity_s"] = round(time.perf_counter() - t, 2)
+    fid += _long_context(ctx, plan, sandbox, oracle, budgets, state_at, short)
     return fid
+
+
+LONG_CONTEXT_SITES = frozenset({"attention"})  # sites whose op reduces over the whole sequence
+
+
+def _long_context(
+    ctx: AuditContext,
+    plan: Plan,
+    sandbox: WatchedSandbox,
+    oracle: Oracle,
+    budgets: dict[str, OutputBudget],
+    state_at: dict[int, State],
+    short: list[Any],
+) -> list[judge.BucketFidelity]:
+    """The op on one CanaryProfile.fidelity_context-token window at the last fidelity step's weights."""
+    window = plan.text.long_window
+    if window is None or plan.binding.site not in LONG_CONTEXT_SITES or not short:
+        return []
+    t = time.perf_counter()
+    ctx.progress(f"canary: gradient fidelity on a window of {window.shape[-1] - 1} tokens")
+    step = max(s for s in plan.profile.fidelity_steps if s in state_at)
+    calls = capture_op_args(
+        plan.profile, plan.binding, plan.ref, state_at[step], window, plan.device, plan.profile.fidelity_calls_per_step
+    )
+    fid: list[judge.BucketFidelity] = []
+    for args in calls:
+        if not only_var_axes_moved(ctx.problem.definition, plan.binding, short, args):
+            plan.long_context = "not checked: the definition fixes an axis that the sequence length sets"
+            return []
+        context = window.shape[-1] - 1
+        fid += [
+            f.model_copy(update={"context": context}) for f in _one_call(plan, sandbox, oracle, budgets, step, args)
+        ]
+    plan.timings["fidelity_long_context_s"] = round(time.perf_counter() - t, 2)
+    plan.long_context = f"checked on one window of {window.shape[-1] - 1} tokens of the training text at step {step}"
+    return fid
+
+
+def only_var_axes_moved(d: Definition, binding: OpBinding, short: list[Any], long: list[Any]) -> bool:
+    """Whether every size the longer window changed is of an axis the definition lets vary (not const or derived)."""
+    for spec, a, b in zip(binding.inputs, short, long):
+        if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor):
+            continue
+        names = d.inputs[spec.name].shape or []
+        if len(names) != b.dim():
+            return False
+        if any(x != y and d.axes[n].type != "var" for n, x, y in zip(names, a.shape, b.shape)):
+            return False
+    return True
 
 
 def max_ratios(budgets: dict[str, OutputBudget], binding: OpBinding) -> dict[str, float]:

@@ -45,6 +45,7 @@ class Plan:
     started: float  # perf_counter at the stage's start
     site_how: str = ""  # how the site was chosen (worker.canary.matching)
     timings: dict[str, float] = field(default_factory=dict)
+    long_context: str = ""  # what the long-context fidelity check did, or why it did not run (evidence)
     stop: threading.Event = field(default_factory=threading.Event)  # set when the stage unwinds early
     child_done: threading.Event = field(default_factory=threading.Event)  # set when the submission's training returns
 

@@ -86,9 +86,14 @@ def report(plan: Plan, j: Judgement, curves: dict[str, Any]) -> StageResult:
             "binding": plan.binding.model_dump(mode="json"),
             "curves": curves,
             "fidelity": judge.summarise_fidelity(j.fidelity),
+            **({"long_context": plan.long_context} if plan.long_context else {}),
             "fidelity_all": [f.model_dump() for f in j.fidelity],
         },
     )
+
+
+def _on_window(f: judge.BucketFidelity) -> str:
+    return f" on a window of {f.context} tokens" if f.context else ""
 
 
 def _summary(j: Judgement) -> str:
@@ -100,6 +105,7 @@ def _summary(j: Judgement) -> str:
     if w is not None:
         parts.append(
             f"worst {j.checked} bucket {w.output}[{w.bucket} contributions] {w.ratio:.1f}x the ideal error at step {w.step}"
+            + _on_window(w)
         )
     fid_bad, loss_bad = j.fid_bad, j.loss_bad
     if not (fid_bad or loss_bad):
@@ -114,7 +120,7 @@ def _summary(j: Judgement) -> str:
             )
         else:
             why.append(
-                f"the op's {j.checked} on real text is {f0.ratio:.1f}x the ideal error ({f0.output}, rows with {f0.bucket} contributions, "
+                f"the op's {j.checked} on real text{_on_window(f0)} is {f0.ratio:.1f}x the ideal error ({f0.output}, rows with {f0.bucket} contributions, "
                 f"rel err {f0.kernel_rel_err:.2e} vs {f0.ideal_rel_err:.2e}; budget {j.max_ratio[f0.output]:g}x)"
             )
     for lj in loss_bad:
