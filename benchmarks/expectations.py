@@ -36,6 +36,8 @@ KNOWN_BAD: dict[tuple[str, str], dict[str, str]] = {
     ("softmax", "pytorch_no_max_subtraction"): {"benchmark": "passed", "probes": "failed", "canary": "any"},
     ("softmax", "triton_no_max_subtraction"): {"benchmark": "passed", "probes": "failed", "canary": "any"},
     ("log_softmax", "pytorch_log_of_softmax"): {"benchmark": "passed", "probes": "failed", "canary": "any"},
+    # the loss site's log-softmax: every log-probability of a row off by the log of the bf16 total's rounding
+    ("log_softmax", "pytorch_bf16_chunk_sum"): {"benchmark": "passed", "probes": "failed", "canary": "failed"},
     ("layernorm_forward", "pytorch_one_pass_variance"): {"benchmark": "passed", "probes": "failed", "canary": "any"},
     ("fused_add_rmsnorm", "pytorch_bf16_row_sum"): {"benchmark": "any", "probes": "failed", "canary": "any"},
     ("rope", "pytorch_fp32_angles"): {"benchmark": "passed", "probes": "failed", "canary": "any"},

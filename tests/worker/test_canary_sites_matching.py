@@ -17,6 +17,7 @@ from worker.canary.families import decode
 from worker.canary.matching import SiteMatch, match, site_for
 from worker.canary.model import init_state
 from worker.canary.profiles import CPU, CanaryProfile
+from worker.canary.sites import KernelOps
 from worker.canary.stacked import train_stacked
 from worker.canary.train import reference_kernel, train
 from worker.catalogue import Catalogue, Problem, load_catalogue
@@ -72,6 +73,7 @@ MATCHED = {
     "attention_forward": ("attention", {"heads_first": True}),
     "moe_topk_routing": ("moe_routing", {"moe_renorm": True}),
     "attention_decode_gqa": ("attention_decode", {"heads_first": False}),
+    "log_softmax": ("loss", {"log_probs": True}),
 }
 # the model at a definition's sizes, where it is not the CPU profile's own: a RoPE whose k has a head axis of its own
 # trains grouped-query attention; the decode definition fixes 4 query heads, 2 key/value heads and head_dim 32, and
@@ -83,7 +85,6 @@ SIZED = {
 NO_SITE = (
     "cumsum",
     "layernorm_forward",
-    "log_softmax",
     "quantize_fp8_per_token",
     "segment_mean",
     "top_k_renorm_probs",
@@ -116,6 +117,7 @@ def test_the_binding_says_which_model_each_site_trains(catalogue: Catalogue) -> 
     assert arch("moe_topk_routing").mlp == "moe" and arch("moe_topk_routing").moe_renorm
     assert arch("rmsnorm_forward") == arch("rmsnorm_backward") == arch_of("norm")  # the original model
     assert arch("embedding_backward") == arch_of("embedding") and arch("cross_entropy") == arch_of("loss")
+    assert arch("log_softmax") == arch_of("loss")  # the log-probabilities of the same model's loss
     assert arch("embedding_rmsnorm_backward").emb_norm  # a norm right after the embedding
     assert all(arch(n).mlp != "moe" for n in MATCHED if n != "moe_topk_routing")
 
@@ -257,9 +259,47 @@ def test_the_loss_site_refuses_a_sum_and_a_mean_that_counts_ignored_tokens(catal
         assert found.binding is None and "loss: the reference does not compute the site's op" in found.how
 
 
+def test_a_log_softmax_trains_the_loss_and_its_gradient_from_the_kernel_s_log_probabilities(
+    catalogue: Catalogue,
+) -> None:
+    """The loss site's log-softmax: with the reference as the kernel, the model's loss and the logits' gradient are
+    the cross entropy's; log-probabilities all shifted by a row's constant (a log of a sum off by its rounding) move
+    the gradient too, since the trusted backward takes the softmax from the kernel's output. A reference that scales
+    the log-probabilities is refused."""
+    d = catalogue.get("log_softmax").definition
+    b = _match(d).binding
+    assert b is not None and b.site == "loss" and b.options.log_probs
+    ref = reference_kernel(Reference.of(d).run_fn)
+
+    def shifted(args: list[Any], specs: list[dict[str, Any]]) -> list[torch.Tensor]:
+        return [ref(args, specs)[0] - 0.01]
+
+    gen = torch.Generator().manual_seed(0)
+    logits = (torch.randn(64, 512, generator=gen) * 3).bfloat16().float()
+    targets = torch.randint(0, 512, (64,), generator=gen)
+    want_logits = logits.clone().requires_grad_(True)
+    want = torch.nn.functional.cross_entropy(want_logits, targets)
+    want.backward()
+    grads = {}
+    for name, kernel in (("ref", ref), ("shifted", shifted)):
+        x = logits.clone().requires_grad_(True)
+        loss = KernelOps(b, kernel).loss(x, targets)
+        loss.backward()
+        grads[name] = (float(loss.detach()), x.grad)
+    assert grads["ref"][0] == pytest.approx(float(want), rel=1e-6)
+    assert torch.allclose(grads["ref"][1], want_logits.grad, atol=1e-7)
+    assert grads["shifted"][0] == pytest.approx(float(want) + 0.01, rel=1e-5)
+    assert not torch.allclose(grads["shifted"][1], want_logits.grad, atol=1e-7)
+    scaled = d.model_copy(update={"reference": d.reference.replace("torch.log_softmax(", "2 * torch.log_softmax(")})
+    assert scaled.reference != d.reference
+    found = _match(scaled)
+    assert found.binding is None and "loss: the reference does not compute the site's op" in found.how
+
+
 def test_a_signature_that_fits_is_still_refused_when_the_reference_computes_another_op(catalogue: Catalogue) -> None:
-    """log_softmax has a softmax's signature; running its reference shows it is not one."""
-    how = _match(catalogue.get("log_softmax").definition).how
+    """log_softmax has a softmax's signature; running its reference shows it is not one (the loss site takes it)."""
+    d = catalogue.get("log_softmax").definition
+    how = match(d, Reference.of(d).run_fn, CPU, sites=("softmax",)).how
     assert "softmax: the reference does not compute the site's op" in how
     doubled = _definition(
         "gemm_scaled",
@@ -468,6 +508,7 @@ CALLS = {
     "embedding_backward": 1,
     "embedding_rmsnorm_backward": 1,
     "cross_entropy": 1,
+    "log_softmax": 1,
 }
 
 
@@ -517,6 +558,7 @@ SHAPES = {
     "embedding_backward": [(P.vocab_size, D)],
     "embedding_rmsnorm_backward": [(P.vocab_size, D), (D,)],
     "cross_entropy": [(), (TOKENS, P.vocab_size)],
+    "log_softmax": [(TOKENS, P.vocab_size)],
 }
 
 

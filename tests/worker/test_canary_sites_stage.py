@@ -20,6 +20,8 @@ numbers (gaps, noise bands, fidelity) are benchmarks/results/canary_sites_cpu.md
   logits' own dtype fails (weights of bf16 precision; near-tied experts swapped).
 - attention_decode: causal attention as one GQA decode step per position over its sequence's KV cache (128-token
   sequences): a running P @ V rounded to bf16 per cache slot fails.
+- loss, as a log-softmax (worker.canary.families.loss): the model's loss and the logits' gradient from the kernel's
+  log-probabilities: a running sum of exps across vocabulary chunks kept in bf16 fails.
 """
 
 from __future__ import annotations
@@ -64,6 +66,8 @@ CASES = [
     ("moe_routing", "moe_topk_routing", "pytorch_bf16_softmax", "fail"),
     ("attention_decode", "attention_decode_gqa", "pytorch_fp32", "pass"),
     ("attention_decode", "attention_decode_gqa", "pytorch_bf16_accumulator", "fail"),
+    ("loss", "log_softmax", "pytorch_logsumexp", "pass"),
+    ("loss", "log_softmax", "pytorch_bf16_chunk_sum", "fail"),
 ]
 
 

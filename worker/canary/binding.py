@@ -50,6 +50,9 @@ class SiteOptions(BaseModel):
     moe_renorm: bool = (
         True  # an MoE routing's top-k probabilities renormalised to sum to 1 (False: as softmax gave them)
     )
+    # a loss-site op that gives the log-probabilities [tokens, vocab] (a log-softmax), from which the trusted code
+    # takes the mean negative log-likelihood of the targets and its gradient
+    log_probs: bool = False
 
 
 class OpBinding(BaseModel):

@@ -171,6 +171,27 @@ class _Loss(torch.autograd.Function):
         return (ctx.grad.float() * g).to(logits.dtype), None, None, None
 
 
+class _LogProbsLoss(torch.autograd.Function):
+    """Cross entropy (mean over tokens) from a log-softmax kernel's log-probabilities: the loss is the targets' mean
+    negative log-probability, its gradient (exp(log_probs) - onehot) / tokens, both from the kernel's output, as a
+    fused log-softmax's backward takes the softmax from the output it saved."""
+
+    @staticmethod
+    def forward(ctx: Any, logits: torch.Tensor, targets: torch.Tensor, b: OpBinding, kernel: Kernel) -> torch.Tensor:  # type: ignore[override]
+        n, v = logits.shape
+        log_probs = _call(b, kernel, {"logits": logits}, {"log_probs": (n, v)})["log_probs"].float()
+        ctx.save_for_backward(log_probs, targets)
+        ctx.logits_dtype = logits.dtype
+        return -log_probs.gather(1, targets.long()[:, None]).mean()
+
+    @staticmethod
+    def backward(ctx: Any, g: torch.Tensor) -> tuple[Any, ...]:  # type: ignore[override]
+        log_probs, targets = ctx.saved_tensors
+        grad = log_probs.exp()
+        grad[torch.arange(grad.shape[0], device=grad.device), targets.long()] -= 1.0
+        return (grad * (g / grad.shape[0])).to(ctx.logits_dtype), None, None, None
+
+
 class KernelOps(Ops):
     """Plain ops everywhere except the binding's site, which calls `kernel`."""
 
@@ -193,6 +214,8 @@ class KernelOps(Ops):
         return super().norm(x, weight, eps)
 
     def loss(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        if self.b.site == "loss" and self.b.options.log_probs:
+            return _LogProbsLoss.apply(logits, targets, self.b, self.kernel)  # type: ignore[no-any-return]
         if self.b.site == "loss":
             return _Loss.apply(logits, targets, self.b, self.kernel)  # type: ignore[no-any-return]
         return super().loss(logits, targets)
