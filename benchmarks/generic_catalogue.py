@@ -94,6 +94,8 @@ def audit_row(problem_name: str, sname: str, device: str, path: str, canary: boo
         "not_applied": probes.get("evidence", {}).get("generic", {}).get("not_applied"),
         "not_applicable": probes.get("evidence", {}).get("not_applicable"),
         "seed_note": "probe axes and seeds in the probes stage evidence",
+        # why a stage before the benchmark stopped the audit (the rows after it then read "skipped")
+        **({"intake_summary": stages["intake"].summary} if stages["intake"].status.value != "passed" else {}),
         "wall_s": round(time.perf_counter() - t0, 1),
         **({"canary": canary_cells(stages["canary"].model_dump(mode="json"))} if "canary" in stages else {}),
     }

@@ -16,6 +16,7 @@ from worker.canary.data import draw_batches, split
 from worker.canary.families import decode
 from worker.canary.matching import SiteMatch, match, site_for
 from worker.canary.model import init_state
+from worker.canary.ops import Ops
 from worker.canary.profiles import CPU, CanaryProfile
 from worker.canary.sites import KernelOps
 from worker.canary.stacked import train_stacked
@@ -294,6 +295,39 @@ def test_a_log_softmax_trains_the_loss_and_its_gradient_from_the_kernel_s_log_pr
     assert scaled.reference != d.reference
     found = _match(scaled)
     assert found.binding is None and "loss: the reference does not compute the site's op" in found.how
+
+
+@pytest.mark.parametrize("name", ["linear_forward", "linear_backward"])
+def test_a_linear_site_trains_under_bf16_autocast_with_its_kernel_run_as_written(
+    catalogue: Catalogue, name: str
+) -> None:
+    """A GPU canary trains in bf16 autocast, where the down-projection's input is a bf16 activation and its weight an
+    fp32 parameter. The trusted backward must run in the forward's autocast (outside it, the two dtypes do not
+    multiply: every GPU canary of a forward GEMM ended in an error), and the kernel itself outside autocast, as its
+    definition's dtypes say. The CPU's autocast stands in for the GPU's."""
+    d = catalogue.get(name).definition
+    b = _match(d).binding
+    assert b is not None and b.site == "linear"
+    ref = reference_kernel(Reference.of(d).run_fn)
+    autocast_seen: list[bool] = []
+
+    def kernel(args: list[Any], specs: list[dict[str, Any]]) -> list[torch.Tensor]:
+        autocast_seen.append(torch.is_autocast_enabled("cpu"))
+        return ref(args, specs)
+
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(8, 32, generator=gen).requires_grad_(True)
+    w_in = (torch.randn(256, 32, generator=gen) * 0.1).requires_grad_(True)
+    w_out = (torch.randn(64, 256, generator=gen) * 0.1).requires_grad_(True)
+    grads = []
+    for ops in (Ops(), KernelOps(b, kernel)):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            y = ops.linear(Ops().linear(x, w_in, None, "gelu"), w_out, None, "none")
+        grads.append(torch.autograd.grad(y.float().square().sum(), (x, w_out)))
+    assert autocast_seen == [False]
+    for got, want in zip(grads[1], grads[0]):
+        assert got.dtype == want.dtype and bool(torch.isfinite(got).all())
+        assert float((got - want).norm() / want.norm()) < 0.05  # the same backward, the forward's output in fp32
 
 
 def test_a_signature_that_fits_is_still_refused_when_the_reference_computes_another_op(catalogue: Catalogue) -> None:

@@ -15,7 +15,13 @@ def call(
     """`values`: every input role's value; `shapes`: every output role's shape (roles the definition lacks are
     ignored). The outputs come back by role, reshaped to those shapes."""
     shapes = {k: s for k, s in shapes.items() if b.role_out(k) is not None}
-    outs = kernel(b.args(values), b.out_specs(shapes))
+    args = b.args(values)
+    # the kernel runs as written, at the definition's dtypes: the model's autocast (a GPU canary trains in bf16
+    # autocast) would otherwise turn a kernel's own fp32 matmuls into bf16 ones, which neither SOL-ExecBench's harness
+    # nor the fidelity check (outside autocast) runs
+    device = next((a.device.type for a in args if isinstance(a, torch.Tensor)), "cpu")
+    with torch.autocast(device, enabled=False):
+        outs = kernel(args, b.out_specs(shapes))
     got = b.outputs_by_role(outs)
     for spec, o in zip(b.outputs, outs):
         want = tuple(shapes[spec.role])

@@ -172,3 +172,19 @@ def token_count(p: CanaryProfile, tokens: int | None) -> dict[str, int]:
 
 def normal(shape: tuple[int, ...], gen: torch.Generator, std: float = 1.0) -> torch.Tensor:
     return torch.randn(shape, generator=gen) * std
+
+
+AutocastState = tuple[str, bool, torch.dtype]
+
+
+def autocast_state(t: torch.Tensor) -> AutocastState:
+    """The autocast an autograd Function's forward runs under on t's device, for its backward to run under as well.
+    The backward runs outside the model's autocast region, where trusted ops would meet a bf16 activation and an fp32
+    weight (torch.amp.custom_bwd does the same for one device type fixed in advance)."""
+    device = t.device.type
+    return device, torch.is_autocast_enabled(device), torch.get_autocast_dtype(device)
+
+
+def under(state: AutocastState) -> torch.autocast:
+    device, enabled, dtype = state
+    return torch.autocast(device, dtype=dtype, enabled=enabled)

@@ -13,7 +13,19 @@ from typing import Any
 import torch
 
 from worker.canary.binding import CanaryUnsupported, Kernel, OpBinding, Site, SiteOptions
-from worker.canary.families.common import Arg, const, flat, inputs, make, normal, outputs, source, token_count
+from worker.canary.families.common import (
+    Arg,
+    autocast_state,
+    const,
+    flat,
+    inputs,
+    make,
+    normal,
+    outputs,
+    source,
+    token_count,
+    under,
+)
 from worker.canary.kernel_call import call
 from worker.canary.ops import Act, Ops, activation
 from worker.canary.profiles import CanaryProfile
@@ -182,7 +194,7 @@ class _Forward(torch.autograd.Function):
         ctx: Any, x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, act: Act, b: OpBinding, kernel: Kernel
     ) -> torch.Tensor:
         ctx.save_for_backward(x, w, bias)
-        ctx.act = act
+        ctx.act, ctx.autocast = act, autocast_state(x)
         args = _args(b, x, w, bias)
         shape = (*args["x"].shape[:-1], w.shape[0])
         y = call(b, kernel, args, {"y": shape})["y"].to(x.dtype).reshape(*x.shape[:-1], w.shape[0])
@@ -192,7 +204,7 @@ class _Forward(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, g: torch.Tensor) -> tuple[Any, ...]:
         x, w, bias = ctx.saved_tensors
-        with torch.enable_grad():
+        with torch.enable_grad(), under(ctx.autocast):
             leaves = [t.detach().requires_grad_(True) for t in (x, w) + ((bias,) if bias is not None else ())]
             grads = torch.autograd.grad(
                 Ops().linear(leaves[0], leaves[1], leaves[2] if bias is not None else None, ctx.act), leaves, g
@@ -206,7 +218,7 @@ class _Backward(torch.autograd.Function):
         ctx: Any, x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, act: Act, b: OpBinding, kernel: Kernel
     ) -> torch.Tensor:
         ctx.save_for_backward(x, w, bias)
-        ctx.act, ctx.b, ctx.kernel = act, b, kernel
+        ctx.act, ctx.b, ctx.kernel, ctx.autocast = act, b, kernel, autocast_state(x)
         return Ops().linear(x, w, bias, act)
 
     @staticmethod
@@ -214,7 +226,7 @@ class _Backward(torch.autograd.Function):
         x, w, bias = ctx.saved_tensors
         b: OpBinding = ctx.b
         if ctx.act != "none":  # the activation's derivative is trusted; the kernel gets the pre-activation's gradient
-            with torch.enable_grad():
+            with torch.enable_grad(), under(ctx.autocast):
                 z = Ops().linear(x, w, bias, "none").detach().requires_grad_(True)
                 (g,) = torch.autograd.grad(activation(z, ctx.act), z, g)
         args = {
@@ -229,12 +241,13 @@ class _Backward(torch.autograd.Function):
             {"grad_x": tuple(args["x"].shape), "grad_weight": tuple(wk.shape), "grad_bias": (w.shape[0],)},
         )
         g2, x2 = flat(g, 2), flat(x, 2)
-        gx = got["grad_x"].to(x.dtype).reshape(x.shape) if "grad_x" in got else (g2 @ w).reshape(x.shape)
-        gw = got["grad_weight"].to(w.dtype) if "grad_weight" in got else None
-        if gw is not None and b.options.weight_in_out:
-            gw = gw.t()
-        gw = gw if gw is not None else g2.t() @ x2
-        gb = None if bias is None else (got["grad_bias"].to(bias.dtype) if "grad_bias" in got else g2.sum(0))
+        with under(ctx.autocast):  # the gradients the kernel does not give, in the forward's precision
+            gx = got["grad_x"].to(x.dtype).reshape(x.shape) if "grad_x" in got else (g2 @ w).reshape(x.shape)
+            gw = got["grad_weight"].to(w.dtype) if "grad_weight" in got else None
+            if gw is not None and b.options.weight_in_out:
+                gw = gw.t()
+            gw = gw if gw is not None else (g2.t() @ x2).to(w.dtype)
+            gb = None if bias is None else (got["grad_bias"].to(bias.dtype) if "grad_bias" in got else g2.sum(0))
         return gx, gw, gb, None, None, None
 
 
