@@ -60,6 +60,8 @@ CASES: list[tuple[str, str, str]] = [
     ("moe_topk_routing", "pytorch_bf16_softmax", "fail"),
     ("moe_topk_routing", "pytorch_ties_high_id", "any"),
     ("moe_topk_routing", "pytorch_stable_sort", "pass"),
+    ("layernorm_forward", "pytorch_bf16_sum_of_squares", "any"),  # fails where the model is 256 wide (the GPU's)
+    ("layernorm_forward", "pytorch_two_pass", "pass"),
     ("log_softmax", "pytorch_bf16_chunk_sum", "fail"),  # at the loss site
     ("log_softmax", "pytorch_log_of_softmax", "any"),
     ("log_softmax", "pytorch_logsumexp", "pass"),

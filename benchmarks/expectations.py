@@ -38,6 +38,9 @@ KNOWN_BAD: dict[tuple[str, str], dict[str, str]] = {
     ("log_softmax", "pytorch_log_of_softmax"): {"benchmark": "passed", "probes": "failed", "canary": "any"},
     # the loss site's log-softmax: every log-probability of a row off by the log of the bf16 total's rounding
     ("log_softmax", "pytorch_bf16_chunk_sum"): {"benchmark": "passed", "probes": "failed", "canary": "failed"},
+    # the norm site's LayerNorm: its error grows with the width (the benchmark's rule rejects it at its own sizes; the
+    # CPU canary's 64-wide model leaves it at 2.7x a bf16 rounding, under the limit; the GPU's 256 at 11x)
+    ("layernorm_forward", "pytorch_bf16_sum_of_squares"): {"benchmark": "any", "probes": "failed", "canary": "any"},
     ("layernorm_forward", "pytorch_one_pass_variance"): {"benchmark": "passed", "probes": "failed", "canary": "any"},
     ("fused_add_rmsnorm", "pytorch_bf16_row_sum"): {"benchmark": "any", "probes": "failed", "canary": "any"},
     ("rope", "pytorch_fp32_angles"): {"benchmark": "passed", "probes": "failed", "canary": "any"},

@@ -75,6 +75,7 @@ MATCHED = {
     "moe_topk_routing": ("moe_routing", {"moe_renorm": True}),
     "attention_decode_gqa": ("attention_decode", {"heads_first": False}),
     "log_softmax": ("loss", {"log_probs": True}),
+    "layernorm_forward": ("norm", {"layer_norm": True}),
 }
 # the model at a definition's sizes, where it is not the CPU profile's own: a RoPE whose k has a head axis of its own
 # trains grouped-query attention; the decode definition fixes 4 query heads, 2 key/value heads and head_dim 32, and
@@ -85,7 +86,6 @@ SIZED = {
 }
 NO_SITE = (
     "cumsum",
-    "layernorm_forward",
     "quantize_fp8_per_token",
     "segment_mean",
     "top_k_renorm_probs",
@@ -176,12 +176,28 @@ def test_an_original_site_s_op_matches_it_from_the_signature_as_audit_json_would
     assert found.binding == _match(problem.definition, site).binding and found.profile == CPU
 
 
-def test_the_norm_site_refuses_a_layernorm_and_an_rmsnorm_with_eps_outside_the_root(catalogue: Catalogue) -> None:
-    """A LayerNorm's bias stops it at the signature; a bias-free LayerNorm and an RMSNorm that adds eps to the root
-    (x / (sqrt(mean(x^2)) + eps): far off where the mean square is below eps) have an RMSNorm's signature, and
-    running their references shows they compute another op."""
-    how = _match(catalogue.get("layernorm_forward").definition).how
-    assert "norm: an RMSNorm scales by one [hidden] weight and adds no bias" in how and "(weight, bias)" in how
+def test_the_norm_site_tells_a_layernorm_from_an_rmsnorm_and_refuses_near_misses(catalogue: Catalogue) -> None:
+    """A weight and a bias make a LayerNorm at the norm site (its model's norms LayerNorms); one whose reference drops
+    the bias, or is an RMSNorm with a bias added, computes another op. A bias-free LayerNorm and an RMSNorm that adds
+    eps to the root (x / (sqrt(mean(x^2)) + eps): far off where the mean square is below eps) have an RMSNorm's
+    signature, and running their references shows they compute another op."""
+    ln = catalogue.get("layernorm_forward").definition
+    found = _match(ln)
+    assert found.binding is not None and found.binding.options.layer_norm
+    assert (
+        arch_of(found.binding).norm == "layer"
+        and arch_of(_match(catalogue.get("rmsnorm_forward").definition).binding).norm == "rms"
+    )  # type: ignore[arg-type]
+    for body in ("bias.float()", "None"), ("bias.float()", "bias.float() * 0"):
+        off = _match(ln.model_copy(update={"reference": ln.reference.replace(*body)}))
+        assert off.binding is None and "norm: the reference does not compute the site's op" in off.how
+    rms_bias = ln.reference.replace(
+        "torch.nn.functional.layer_norm(x, (x.shape[-1],), weight.float(), bias.float(), eps)",
+        "x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight.float() + bias.float()",
+    )
+    assert rms_bias != ln.reference
+    off = _match(ln.model_copy(update={"reference": rms_bias}))
+    assert off.binding is None and "norm: the reference does not compute the site's op" in off.how
 
     def rms_like(name: str, y: str) -> Definition:
         return _definition(
@@ -287,9 +303,9 @@ def test_a_log_softmax_trains_the_loss_and_its_gradient_from_the_kernel_s_log_pr
         loss = KernelOps(b, kernel).loss(x, targets)
         loss.backward()
         grads[name] = (float(loss.detach()), x.grad)
-    assert grads["ref"][0] == pytest.approx(float(want), rel=1e-6)
+    assert grads["ref"][0] == pytest.approx(float(want.detach()), rel=1e-6)
     assert torch.allclose(grads["ref"][1], want_logits.grad, atol=1e-7)
-    assert grads["shifted"][0] == pytest.approx(float(want) + 0.01, rel=1e-5)
+    assert grads["shifted"][0] == pytest.approx(float(want.detach()) + 0.01, rel=1e-5)
     assert not torch.allclose(grads["shifted"][1], want_logits.grad, atol=1e-7)
     scaled = d.model_copy(update={"reference": d.reference.replace("torch.log_softmax(", "2 * torch.log_softmax(")})
     assert scaled.reference != d.reference
@@ -543,6 +559,8 @@ CALLS = {
     "embedding_rmsnorm_backward": 1,
     "cross_entropy": 1,
     "log_softmax": 1,
+    # every norm of the model, a LayerNorm: 2 a layer and the final one
+    "layernorm_forward": 5,
 }
 
 
@@ -593,6 +611,7 @@ SHAPES = {
     "embedding_rmsnorm_backward": [(P.vocab_size, D), (D,)],
     "cross_entropy": [(), (TOKENS, P.vocab_size)],
     "log_softmax": [(TOKENS, P.vocab_size)],
+    "layernorm_forward": [(TOKENS, D)],
 }
 
 

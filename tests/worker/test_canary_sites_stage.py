@@ -20,6 +20,9 @@ numbers (gaps, noise bands, fidelity) are benchmarks/results/canary_sites_cpu.md
   logits' own dtype fails (weights of bf16 precision; near-tied experts swapped).
 - attention_decode: causal attention as one GQA decode step per position over its sequence's KV cache (128-token
   sequences): a running P @ V rounded to bf16 per cache slot fails.
+- norm, as a LayerNorm (worker.canary.families.norm): every norm of the model a LayerNorm: the two-pass one passes;
+  a sum of squares carried in bf16 fails where the model is as wide as the GPU's (d_model 256; at the CPU profile's 64
+  its error is 2.7x a bf16 rounding, under the limit).
 - loss, as a log-softmax (worker.canary.families.loss): the model's loss and the logits' gradient from the kernel's
   log-probabilities: a running sum of exps across vocabulary chunks kept in bf16 fails.
 """
@@ -68,6 +71,7 @@ CASES = [
     ("attention_decode", "attention_decode_gqa", "pytorch_bf16_accumulator", "fail"),
     ("loss", "log_softmax", "pytorch_logsumexp", "pass"),
     ("loss", "log_softmax", "pytorch_bf16_chunk_sum", "fail"),
+    ("norm", "layernorm_forward", "pytorch_two_pass", "pass"),
 ]
 
 
@@ -171,3 +175,21 @@ def test_a_gap_past_one_nulls_limit_is_judged_again_against_more_nulls() -> None
         assert r.metrics["runs"]["parent"] == 2 * (1 + 1 + 2)  # per optimiser: reference, first null, two more
     assert "parent_confirm_nulls_train_s" in first.metrics["timings"]
     assert "parent_confirm_nulls_train_s" not in again.metrics["timings"]  # read back with the parent's runs
+
+
+def test_a_layernorm_whose_sum_of_squares_is_bf16_fails_at_the_gpu_model_s_width() -> None:
+    """The LayerNorm site's known-bad kernel: its error grows with the width it sums, so the CPU profile's model is
+    widened to the GPU profile's d_model (256); there it is 11x the ideal error (1.0x for the two-pass kernel)."""
+    wide = SHORT.model_copy(update={"d_model": 256, "max_params": 4_000_000})
+    p = load_catalogue().get("layernorm_forward")
+    results = {}
+    for name in ("pytorch_bf16_sum_of_squares", "pytorch_two_pass"):
+        ctx = AuditContext(problem=p, solution=p.example_solution(name), device="cpu", seed=1)
+        try:
+            results[name] = canary_stage.run(ctx, wide)
+        finally:
+            ctx.close()
+    bad, good = results["pytorch_bf16_sum_of_squares"], results["pytorch_two_pass"]
+    assert bad.metrics["site"] == "norm" and "layer_norm=True" in bad.metrics["site_match"]
+    assert bad.status is StageStatus.failed and bad.metrics["fidelity_worst_ratio"] > 4.0, bad.summary
+    assert good.status is StageStatus.passed and good.metrics["fidelity_worst_ratio"] <= 4.0, good.summary

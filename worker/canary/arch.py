@@ -46,6 +46,7 @@ class Arch:
     rope: RopeLayout | None = None
     rope_theta: float | None = None  # a RoPE definition's own theta (None: the profile's, passed to the kernel)
     post_norm: bool = False  # h = norm(h + sublayer(h)) instead of h + sublayer(norm(h))
+    norm: Literal["rms", "layer"] = "rms"  # every norm of the model an RMSNorm, or a LayerNorm (its bias zero)
 
 
 def arch_of(site_or_binding: Site | OpBinding) -> Arch:
@@ -72,6 +73,8 @@ def arch_of(site_or_binding: Site | OpBinding) -> Arch:
         return Arch(site_op="linear", linear_at="fc2")
     if site == "glu":
         return Arch(site_op="glu", mlp="glu", act=o.act if o is not None and o.act != "none" else "silu")
+    if site == "norm" and o is not None and o.layer_norm:
+        return Arch(site_op="norm", norm="layer")
     if site == "add_norm":
         return Arch(site_op="add_norm", post_norm=b is not None and b.role_out("residual") is None)
     if site == "softmax":

@@ -53,6 +53,9 @@ class SiteOptions(BaseModel):
     # a loss-site op that gives the log-probabilities [tokens, vocab] (a log-softmax), from which the trusted code
     # takes the mean negative log-likelihood of the targets and its gradient
     log_probs: bool = False
+    # a norm-site op that is a LayerNorm (x - mean, scaled by the weight, plus a bias): the model's norms become
+    # LayerNorms
+    layer_norm: bool = False
 
 
 class OpBinding(BaseModel):

@@ -23,6 +23,12 @@ def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     return y.to(x.dtype)
 
 
+def layernorm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float) -> torch.Tensor:
+    """LayerNorm over the last axis, in fp32, back in x's dtype."""
+    y = F.layer_norm(x.float(), (x.shape[-1],), weight.float(), bias.float(), eps)
+    return y.to(x.dtype)
+
+
 def activation(x: torch.Tensor, act: Act) -> torch.Tensor:
     if act == "gelu":
         return F.gelu(x)

@@ -14,6 +14,7 @@ import torch.nn.functional as F
 
 from worker.canary.binding import Kernel, OpBinding
 from worker.canary.families import add_norm, attention, decode, glu, linear, moe, rope, softmax
+from worker.canary.families import norm as norm_family
 from worker.canary.families.norm import rstd as _rstd
 from worker.canary.families.norm import rstd_for as _rstd_for
 from worker.canary.kernel_call import call as _call
@@ -209,6 +210,8 @@ class KernelOps(Ops):
         return super().embed_norm(ids, table, weight, eps)
 
     def norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+        if self.b.site == "norm" and self.b.options.layer_norm:
+            return norm_family.apply_layer_norm(self.b, self.kernel, x, weight, eps)
         if self.b.site == "norm":
             return _Norm.apply(x, weight, eps, self.b, self.kernel)  # type: ignore[no-any-return]
         return super().norm(x, weight, eps)

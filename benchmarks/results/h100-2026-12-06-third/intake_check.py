@@ -6,8 +6,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from worker.catalogue import load_catalogue  # noqa: E402
-from worker.engine import run_audit  # noqa: E402
+from worker.catalogue import load_catalogue
+from worker.engine import run_audit
 
 problem = load_catalogue().get("softmax").as_uncurated()
 report = run_audit(problem, problem.example_solution("pytorch_fp32"), device="cuda", stages=("intake",), seed=1)

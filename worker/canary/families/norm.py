@@ -8,6 +8,11 @@ exactly as one whose audit.json names the site: every RMSNorm of the original mo
 worker.canary.sites._Norm. The example holds rows the site's op must get right where other norms differ from it:
 rows on an offset (a LayerNorm subtracts their mean, an RMSNorm does not) and, where the definition takes eps, rows
 whose mean square sits below eps (a reference that drops eps or adds it outside the root is far off there).
+
+A LayerNorm forward (x [tokens, hidden], weight and bias [hidden], eps -> y) is the same site's other op
+(SiteOptions.layer_norm): every norm of the model is then a LayerNorm with the kernel in it, its weight trained and its
+bias held at zero (the model has no norm biases), the backward trusted autograd. Its example's rows on an offset are
+where an RMSNorm is far off; a bias the reference drops is far off everywhere.
 """
 
 from __future__ import annotations
@@ -16,11 +21,13 @@ import math
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 
-from worker.canary.binding import CanaryUnsupported, OpBinding, Site, SiteOptions
+from worker.canary.binding import CanaryUnsupported, Kernel, OpBinding, Site, SiteOptions
 from worker.canary.binding import bind as bind_original
-from worker.canary.families.common import RMS_WORDS, inputs, normal, require, rows_dims, tensors
-from worker.canary.ops import rmsnorm
+from worker.canary.families.common import RMS_WORDS, inputs, make, normal, outputs, require, rows_dims, scalars, tensors
+from worker.canary.kernel_call import call
+from worker.canary.ops import layernorm, rmsnorm
 from worker.canary.profiles import CanaryProfile
 from worker.formats import Definition
 from worker.numerics.dtypes import to_torch
@@ -69,7 +76,35 @@ def _shapes_fit(b: OpBinding, d: Definition) -> None:
         )
 
 
+def _layer_norm_roles(d: Definition) -> tuple[dict[str, str], dict[str, str]]:
+    """A LayerNorm forward's roles: x [tokens, hidden], a weight and a bias [hidden] (the bias by its name), eps ->
+    y like x."""
+    ins, outs = inputs(d), outputs(d)
+    rows = [a for a in tensors(ins) if a.rank == 2]
+    vecs = [a for a in tensors(ins) if rows and a.axes == rows[0].axes[-1:]]
+    biases = [a for a in vecs if any(w in a.name.lower() for w in ("bias", "beta"))]
+    eps = [a for a in scalars(ins) if "eps" in a.name.lower()]
+    if (
+        len(rows) != 1
+        or len(vecs) != 2
+        or len(biases) != 1
+        or len(ins) != 3 + len(eps)
+        or len(outs) != 1
+        or outs[0].axes != rows[0].axes
+        or not outs[0].floating
+    ):
+        raise CanaryUnsupported(
+            "a LayerNorm takes x [tokens, hidden], a weight and a bias [hidden] (and maybe eps) and returns y like x"
+        )
+    weight = next(a for a in vecs if a is not biases[0])
+    roles = {rows[0].name: "x", weight.name: "norm_weight", biases[0].name: "norm_bias"}
+    return roles | {a.name: "eps" for a in eps}, {outs[0].name: "y"}
+
+
 def bind(d: Definition, options: SiteOptions) -> OpBinding:
+    if options.layer_norm:
+        ins, outs = _layer_norm_roles(d)
+        return make(SITE, d, ins, outs, options)
     # the original site's roles, so that the binding trains as one audit.json names
     _one_weight(d)
     b = bind_original(SITE, d)
@@ -78,7 +113,16 @@ def bind(d: Definition, options: SiteOptions) -> OpBinding:
 
 
 def proposals(d: Definition) -> list[SiteOptions]:
-    return rms_proposals(bind(d, SiteOptions()), d)
+    try:
+        b = bind(d, SiteOptions())
+    except CanaryUnsupported as rms:
+        try:
+            _layer_norm_roles(d)
+        except CanaryUnsupported:
+            raise rms from None
+        require(d, ("layer_norm", "mean(", ".var("), "LayerNorm")
+        return [SiteOptions(layer_norm=True)]
+    return rms_proposals(b, d)
 
 
 def rms_proposals(b: OpBinding, d: Definition) -> list[SiteOptions]:
@@ -104,6 +148,7 @@ def example(b: OpBinding, p: CanaryProfile, gen: torch.Generator) -> dict[str, A
     return {
         "x": x,
         "norm_weight": 1.0 + normal((p.d_model,), gen, 0.1),
+        "norm_bias": normal((p.d_model,), gen, 0.1),
         "grad_output": normal((ROWS, p.d_model), gen),
         "rstd": rstd_for(b, rstd(x, p.norm_eps)),
         "eps": p.norm_eps,
@@ -111,9 +156,35 @@ def example(b: OpBinding, p: CanaryProfile, gen: torch.Generator) -> dict[str, A
 
 
 def expected(b: OpBinding, v: dict[str, Any]) -> dict[str, torch.Tensor]:
-    """y, the gradients of x and the weight by autograd of the fp32 RMSNorm, and rstd."""
+    """y, the gradients of x and the weight by autograd of the fp32 RMSNorm, and rstd; a LayerNorm's y in fp64."""
+    if b.options.layer_norm:
+        x = v["x"].double()
+        return {"y": F.layer_norm(x, (x.shape[-1],), v["norm_weight"].double(), v["norm_bias"].double(), v["eps"])}
     with torch.enable_grad():
         x, w = v["x"].detach().requires_grad_(True), v["norm_weight"].detach().requires_grad_(True)
         y = rmsnorm(x, w, v["eps"])
         gx, gw = torch.autograd.grad(y, (x, w), v["grad_output"])
     return {"y": y.detach(), "grad_x": gx, "grad_norm_weight": gw, "rstd": rstd(x.detach(), v["eps"])}
+
+
+class _LayerNorm(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, w: torch.Tensor, eps: float, b: OpBinding, kernel: Kernel) -> torch.Tensor:
+        ctx.save_for_backward(x, w)
+        ctx.eps = eps
+        x2 = x.reshape(-1, x.shape[-1])
+        args = {"x": x2, "norm_weight": w, "norm_bias": torch.zeros_like(w), "eps": eps}
+        return call(b, kernel, args, {"y": tuple(x2.shape)})["y"].reshape(x.shape).to(x.dtype)
+
+    @staticmethod
+    def backward(ctx: Any, g: torch.Tensor) -> tuple[Any, ...]:
+        x, w = ctx.saved_tensors
+        with torch.enable_grad():
+            xd, wd = x.detach().requires_grad_(True), w.detach().requires_grad_(True)
+            gx, gw = torch.autograd.grad(layernorm(xd, wd, torch.zeros_like(wd), ctx.eps), (xd, wd), g)
+        return gx, gw, None, None, None
+
+
+def apply_layer_norm(b: OpBinding, kernel: Kernel, x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
+    """A LayerNorm of the model (its bias zero) through the kernel."""
+    return _LayerNorm.apply(x, w, eps, b, kernel)  # type: ignore[no-any-return]
