@@ -157,12 +157,23 @@ def main() -> None:
         help="each run in a new process: device memory one run's process still holds grew by about 6 GB a run "
         "on an 80 GB card (2026-12-06) until a later run ran out",
     )
+    ap.add_argument(
+        "--d-model",
+        type=int,
+        help="the model's width (the profile's by default: 64 on the CPU, 256 on a GPU), for ops whose error grows "
+        "with the width they reduce over, such as a norm's",
+    )
     args = ap.parse_args()
     only = set(filter(None, args.only.split(",")))
     cases = [c for c in CASES if (not only or c[0] in only) and args.expected in (None, c[2])]
     # by default every row gets its noise band: the nulls are trained whatever the gap; a fresh seed per run, never
     # the parent cache's pool, so that repeats are independent draws
     profile = profile_for("gpu" if args.device == "cuda" else "cpu", lazy_nulls=args.lazy_nulls, seed_pool=None)
+    if args.d_model is not None:
+        # the parameter limit grows with the width: d_model x (vocabulary for the embedding and head, 12 x d_model a
+        # layer), with the CPU profile's 1.5M as the floor
+        widened = args.d_model * (2 * profile.vocab_size + 12 * args.d_model * profile.n_layers)
+        profile = profile.model_copy(update={"d_model": args.d_model, "max_params": max(profile.max_params, widened)})
     env = {
         "device": _machine(args.device),
         "torch": torch.__version__,
