@@ -15,12 +15,12 @@ from worker.canary.binding import CanaryUnsupported, OpBinding
 from worker.canary.data import draw_batches, split
 from worker.canary.families import decode
 from worker.canary.matching import SiteMatch, match, site_for
-from worker.canary.model import init_state
+from worker.canary.model import build, init_state
 from worker.canary.ops import Ops
 from worker.canary.profiles import CPU, CanaryProfile
 from worker.canary.sites import KernelOps
 from worker.canary.stacked import train_stacked
-from worker.canary.train import reference_kernel, train
+from worker.canary.train import heldout_loss, reference_kernel, train
 from worker.catalogue import Catalogue, Problem, load_catalogue
 from worker.context import AuditContext
 from worker.formats import Definition
@@ -183,11 +183,9 @@ def test_the_norm_site_tells_a_layernorm_from_an_rmsnorm_and_refuses_near_misses
     signature, and running their references shows they compute another op."""
     ln = catalogue.get("layernorm_forward").definition
     found = _match(ln)
-    assert found.binding is not None and found.binding.options.layer_norm
-    assert (
-        arch_of(found.binding).norm == "layer"
-        and arch_of(_match(catalogue.get("rmsnorm_forward").definition).binding).norm == "rms"
-    )  # type: ignore[arg-type]
+    rms = _match(catalogue.get("rmsnorm_forward").definition).binding
+    assert found.binding is not None and found.binding.options.layer_norm and rms is not None
+    assert arch_of(found.binding).norm == "layer" and arch_of(rms).norm == "rms"
     for body in ("bias.float()", "None"), ("bias.float()", "bias.float() * 0"):
         off = _match(ln.model_copy(update={"reference": ln.reference.replace(*body)}))
         assert off.binding is None and "norm: the reference does not compute the site's op" in off.how
@@ -216,6 +214,26 @@ def test_the_norm_site_tells_a_layernorm_from_an_rmsnorm_and_refuses_near_misses
     ):
         found = _match(refused)
         assert found.binding is None and "norm: the reference does not compute the site's op" in found.how
+
+
+def test_a_layernorm_model_is_evaluated_with_the_norms_it_trained_with(catalogue: Catalogue) -> None:
+    """The held-out loss is a trusted evaluation with plain ops; for a LayerNorm binding the model's norms must stay
+    LayerNorms there, as in training with the reference kernel. Token embeddings on an offset (every row's mean far
+    from zero) are where an RMSNorm in their place would give another loss."""
+    d = catalogue.get("layernorm_forward").definition
+    b = _match(d).binding
+    assert b is not None
+    state = init_state(CPU, b, 1)
+    state["tok_emb"] = state["tok_emb"] + 0.05
+    heldout = draw_batches(split(CPU.vocab_size, CPU.heldout_fraction)[1], 1, 8, CPU.seq_len, seed=2)[0]
+    with torch.no_grad():
+        trained_as = build(CPU, b, state, "cpu").loss(
+            heldout.long(), KernelOps(b, reference_kernel(Reference.of(d).run_fn))
+        )
+        as_rmsnorm = build(CPU, "norm", state, "cpu").loss(heldout.long(), Ops())
+    evaluated = heldout_loss(CPU, b, state, heldout, "cpu")
+    assert evaluated == pytest.approx(float(trained_as), rel=1e-3)
+    assert abs(float(as_rmsnorm) - evaluated) > 100 * abs(float(trained_as) - evaluated)
 
 
 def _table_grad(name: str, body: str) -> Definition:

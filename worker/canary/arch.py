@@ -19,7 +19,7 @@ from worker.canary.ops import Act, RopeLayout
 SITE_OP: dict[str, str] = {
     "embedding": "embed",
     "embedding_norm": "embed_norm",
-    "norm": "norm",
+    "norm": "norm",  # or "layer_norm", where the binding is a LayerNorm (arch_of)
     "loss": "loss",
     "linear": "linear",
     "glu": "glu",
@@ -74,7 +74,7 @@ def arch_of(site_or_binding: Site | OpBinding) -> Arch:
     if site == "glu":
         return Arch(site_op="glu", mlp="glu", act=o.act if o is not None and o.act != "none" else "silu")
     if site == "norm" and o is not None and o.layer_norm:
-        return Arch(site_op="norm", norm="layer")
+        return Arch(site_op="layer_norm", norm="layer")
     if site == "add_norm":
         return Arch(site_op="add_norm", post_norm=b is not None and b.role_out("residual") is None)
     if site == "softmax":

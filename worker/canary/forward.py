@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from worker.canary.arch import Arch
-from worker.canary.ops import Act, Ops, activation, attention_scale, causal_mask, layernorm, matmul_t, rmsnorm
+from worker.canary.ops import Act, Ops, activation, attention_scale, causal_mask, matmul_t, rmsnorm
 from worker.canary.profiles import CanaryProfile
 
 TRUSTED = Ops()
@@ -47,10 +47,10 @@ class Decoder:
     # the ops that may be the site's --------------------------------------------------------------------------
 
     def _norm(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        if self.arch.norm == "layer":  # the model's norms are the site's, in training and in trusted evaluation alike
+            return torch.stack([o.layer_norm(x[m], w[m], self.eps) for m, o in enumerate(self.ops)])
         if self._at_site("norm"):
             return torch.stack([o.norm(x[m], w[m], self.eps) for m, o in enumerate(self.ops)])
-        if self.arch.norm == "layer":
-            return torch.stack([layernorm(x[m], w[m], torch.zeros_like(w[m]), self.eps) for m in range(len(self.ops))])
         return rmsnorm(x, w[:, None, None, :], self.eps)
 
     def _add_norm(self, a: torch.Tensor, r: torch.Tensor, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

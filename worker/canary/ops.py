@@ -79,6 +79,10 @@ class Ops:
     def norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
         return rmsnorm(x, weight, eps)
 
+    def layer_norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+        """A LayerNorm of the model, whose norms have no bias: the norm site's LayerNorm variant."""
+        return layernorm(x, weight, torch.zeros_like(weight), eps)
+
     def loss(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         return F.cross_entropy(logits.float(), targets)
 

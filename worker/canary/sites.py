@@ -209,9 +209,12 @@ class KernelOps(Ops):
             return _EmbeddingNorm.apply(ids, table, weight, eps, self.b, self.kernel)  # type: ignore[no-any-return]
         return super().embed_norm(ids, table, weight, eps)
 
-    def norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    def layer_norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
         if self.b.site == "norm" and self.b.options.layer_norm:
             return norm_family.apply_layer_norm(self.b, self.kernel, x, weight, eps)
+        return super().layer_norm(x, weight, eps)
+
+    def norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
         if self.b.site == "norm":
             return _Norm.apply(x, weight, eps, self.b, self.kernel)  # type: ignore[no-any-return]
         return super().norm(x, weight, eps)

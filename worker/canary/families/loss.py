@@ -90,7 +90,7 @@ def proposals(d: Definition) -> list[SiteOptions]:
             _log_softmax_names(d)
         except CanaryUnsupported as log_softmax:
             raise CanaryUnsupported(f"{cross_entropy}; {log_softmax}") from None
-        require(d, ("log_softmax", "logsumexp", "log"), "log-softmax")
+        require(d, ("log_softmax", "logsumexp", "log("), "log-softmax")  # not "log": every "logits" has it
         return [SiteOptions(log_probs=True)]
     return [SiteOptions()]
 
