@@ -1,0 +1,34 @@
+# one device call: the canary alone first (optional), then the catalogue resumed from devrun/catalogue.json
+export PYTHONUNBUFFERED=1
+L=$OUT/misc.log
+(date -u; nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv; git log --oneline -1; uptime) > $L 2>&1
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site-packages .whl/*.whl >> $L 2>&1 || exit 1
+export PYTHONPATH=/tmp/site-packages:$PWD
+dpkg -x .whl/bubblewrap*.deb /tmp/bw && export PATH=/tmp/bw/usr/bin:$PATH
+which bwrap >> $L
+(bwrap --version; bwrap --ro-bind / / --dev /dev --proc /proc true; echo "bwrap rc $?"; ldd $(which bwrap)) >> $L 2>&1
+python devrun/intake_diag.py >> $L 2>&1 || { echo "intake fails: no catalogue" >> $L; exit 1; }
+python -c "import torch,triton;print(torch.__version__,triton.__version__)" >> $L 2>&1
+END=${END:-570}
+MEM=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
+[ -z "$JOBS" ] && { [ "$MEM" -gt 100000 ] && JOBS=4 || JOBS=3; }
+echo "jobs $JOBS" >> $L
+nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200 || ALONE=
+if [ -n "$ALONE" ]; then
+  echo "== canary alone $(date -u +%T) SECONDS=$SECONDS" >> $L
+  python benchmarks/canary_cost.py --device cuda --audits 3 --as-worker --out $OUT/canary_alone_worker.json > $OUT/canary_alone_worker.txt 2>&1
+  python benchmarks/canary_cost.py --device cuda --audits 3 --out $OUT/canary_alone.json > $OUT/canary_alone.txt 2>&1
+fi
+if [ -n "$ATTN" ]; then
+  echo "== attention long context $(date -u +%T) SECONDS=$SECONDS" >> $L
+  timeout 200 python benchmarks/canary_sites.py --device cuda --only attention_forward --jobs 2 --out $OUT/attn_long.md > $OUT/attn_long.log 2>&1
+fi
+echo "== catalogue $(date -u +%T) SECONDS=$SECONDS" >> $L
+(while true; do nvidia-smi --query-gpu=memory.used --format=csv,noheader >> $OUT/smi.log; sleep 20; done) &
+cp devrun/catalogue.json $OUT/catalogue.json
+python benchmarks/generic_catalogue.py --device cuda --with-curated --canary --fresh-process --breadth-first --jobs ${JOBS:-3} --budget-s $((${CATEND:-$END}-SECONDS)) --resume --out $OUT/catalogue.md > $OUT/catalogue.log 2>&1
+if [ -n "$FP" ] && [ $((END-SECONDS)) -gt 60 ]; then
+  echo "== fp repeats $(date -u +%T) SECONDS=$SECONDS" >> $L
+  python benchmarks/canary_sites.py --device cuda --expected pass --lazy-nulls --fresh-process --first-seed ${FIRST:-1} --seeds ${SEEDS:-20} --jobs ${FPJOBS:-5} --budget-s $((END-SECONDS)) --only linear_backward,swiglu_gate_up,post_add_rmsnorm,attention_forward,rope --out $OUT/fp > $OUT/fp.log 2>&1
+fi
+echo "== end $(date -u +%T) SECONDS=$SECONDS" >> $L
