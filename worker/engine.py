@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from functools import cache
 from importlib import import_module
 
@@ -66,9 +67,11 @@ def run_stage(name: str, ctx: AuditContext) -> StageResult:
     ctx.begin_stage(name)
     t0 = time.perf_counter()
     retries = 0
+    turn: AbstractContextManager[None] = nullcontext()
     while True:
         try:
-            result = _attempt_stage(name, ctx)
+            with turn:
+                result = _attempt_stage(name, ctx)
             break
         except (torch.OutOfMemoryError, SandboxOutOfMemory) as err:
             # on a GPU several audits share, running out of memory is usually the neighbours' load: wait for
@@ -86,7 +89,8 @@ def run_stage(name: str, ctx: AuditContext) -> StageResult:
             retries += 1
             ctx.progress(f"{name}: the device ran out of memory; waiting for memory, then attempt {retries + 1}")
             gpu_memory.release(ctx.device)
-            gpu_memory.wait_for_free(ctx.device)
+            # the next attempt waits its turn among the device's retries, then for the memory this one needed
+            turn = gpu_memory.retry_turn(ctx.device, gpu_memory.need_after_oom(str(err)))
     if retries:
         result.metrics["out_of_memory_retries"] = retries
     result.duration_s = round(time.perf_counter() - t0, 3)
