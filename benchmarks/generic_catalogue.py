@@ -130,6 +130,17 @@ def inconclusive(row: dict[str, Any]) -> bool:
     return "error" in (row["benchmark"], probes_status(row))
 
 
+def worth_redoing(row: dict[str, Any]) -> bool:
+    """Whether a resumed run audits this row again, whole, under --redo-inconclusive: no verdict came back (a stage
+    error), or the canary ended in an error or never ran for want of time. A row with every verdict it can have,
+    a canary with no site to run at included, stays."""
+    canary = row.get("canary") or {}
+    canary_cut = canary.get("status") == "error" or (
+        canary.get("status") == "skipped" and "budget ran out" in str(canary.get("summary", ""))
+    )
+    return "inconclusive" in verdict_cell(row) or canary_cut
+
+
 def verdict_cell(row: dict[str, Any]) -> str:
     probes, which = probes_status(row), f"the {path_of(row)} probes"
     if not row["known_bad"]:
@@ -273,6 +284,12 @@ def main() -> int:
     ap.add_argument(
         "--resume", action="store_true", help="keep the rows already in --out's JSON and audit only the rest"
     )
+    ap.add_argument(
+        "--redo-inconclusive",
+        action="store_true",
+        help="with --resume, audit again the rows without a verdict (a stage error) or whose canary ended in an "
+        "error or ran out of time",
+    )
     args = ap.parse_args()
     paths = tuple(p for p in args.paths.split(",") if p)
     if not paths or set(paths) - set(PATHS):
@@ -287,7 +304,7 @@ def main() -> int:
         else None
     )
     if previous is not None:
-        rows = previous["rows"]
+        rows = [r for r in previous["rows"] if not (args.redo_inconclusive and worth_redoing(r))]
         done = {(r["definition"], r["example"], path_of(r)) for r in rows}
         jobs = [j for j in jobs if (j[0], j[1], j[3]) not in done]
     if args.breadth_first:

@@ -8,7 +8,14 @@ from pathlib import Path
 import pytest
 
 from benchmarks.canary_matrix_plot import worst_by_bucket
-from benchmarks.generic_catalogue import breadth_first, canary_cell, markdown, plan_jobs, verdict_cell
+from benchmarks.generic_catalogue import (
+    breadth_first,
+    canary_cell,
+    markdown,
+    plan_jobs,
+    verdict_cell,
+    worth_redoing,
+)
 from worker.catalogue import load_catalogue
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -96,3 +103,16 @@ def test_a_stage_error_is_inconclusive_in_the_table_never_a_false_positive_or_a_
         "known-bad: caught"
     )
     assert verdict_cell(_row(known_bad=True)) == "known-bad: MISSED by both"
+
+
+def test_a_resumed_run_redoes_the_rows_without_a_verdict_and_keeps_every_verdict() -> None:
+    budget_cut = {"status": "skipped", "summary": "not run: the audit's budget ran out (inconclusive, not counted)"}
+    assert worth_redoing(_row(benchmark="error", generic_probes="error", canary=budget_cut))
+    assert worth_redoing(_row(canary={"status": "error", "summary": "expected mat1 and mat2 to have the same dtype"}))
+    assert worth_redoing(_row(known_bad=True, generic_probes="error"))
+    # a verdict with a canary cut for time: the verdict stands, the canary is still to come
+    assert worth_redoing(_row(known_bad=True, generic_probes="failed", canary=budget_cut))
+    # verdicts stay, either way, and so does a canary that had no site to run at
+    assert not worth_redoing(_row(canary={"status": "passed", "summary": "trains like the reference"}))
+    assert not worth_redoing(_row(benchmark="failed", canary={"status": "failed", "summary": "changes training"}))
+    assert not worth_redoing(_row(canary={"status": "skipped", "summary": "no canary for this op: it fits no site"}))
