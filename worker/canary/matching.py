@@ -26,7 +26,7 @@ from worker.canary.binding import ORIGINAL_SITES, CanaryUnsupported, OpBinding, 
 from worker.canary.families import FAMILIES, Family
 from worker.canary.judge import unit_roundoff
 from worker.canary.profiles import CanaryProfile
-from worker.canary.sizing import sized
+from worker.canary.sizing import n_params, sized
 from worker.formats import Definition
 from worker.numerics.dtypes import to_torch
 
@@ -92,11 +92,17 @@ def _first_confirmed(
             continue
         best, tried = min(best, err), True
         if err <= 1.0:
+            shallower = (
+                f"; at the definition's sizes the model keeps {q.n_layers} of the profile's {p.n_layers} layers "
+                f"({n_params(q, b) / 1e6:.1f}M parameters, the profile's limit {q.max_params / 1e6:g}M)"
+                if q.n_layers < p.n_layers
+                else ""
+            )
             return SiteMatch(
                 b,
                 q,
                 f"matched site '{b.site}' from the signature ({describe(b)}); the reference agrees "
-                f"with the site's op on an example ({err * ULPS:.2g} ulp)",
+                f"with the site's op on an example ({err * ULPS:.2g} ulp){shallower}",
             )
     if tried:
         off = (

@@ -2,8 +2,9 @@
 
 A kernel built for fixed sizes (a GEMM with in_features = 4096, a RoPE with head_dim = 128) can only run at them, so
 the canary's model takes them (d_model, d_ff, heads, sequence length, batch): larger or smaller than the profile's
-own. The rest of the profile stays. A size that makes no consistent model, or a model past the profile's
-max_params, is a reason the op fits no canary here (CanaryUnsupported), reported as such.
+own. The rest of the profile stays, but for depth: a model past the profile's max_params at those sizes loses layers,
+down to one, until it fits. A size that makes no consistent model, or one layer still past max_params, is a reason
+the op fits no canary here (CanaryUnsupported), reported as such.
 """
 
 from __future__ import annotations
@@ -35,13 +36,23 @@ def sized(p: CanaryProfile, updates: dict[str, int], binding: OpBinding) -> Cana
         raise CanaryUnsupported(f"{q.n_heads} query heads are no multiple of {q.kv_heads} key/value heads")
     if binding.site == "rope" and (q.d_model // q.n_heads) % 2:
         raise CanaryUnsupported(f"a head dim of {q.d_model // q.n_heads} is odd: RoPE rotates pairs")
-    n = sum(_numel(shape) for _, shape in param_shapes(q, binding))
+    n = n_params(q, binding)
+    # a model too large at the definition's width is made shallower, never narrower: the width is the op's, and
+    # one layer still puts the kernel at every step of the training
+    while n > q.max_params and q.n_layers > 1:
+        q = q.model_copy(update={"n_layers": q.n_layers - 1})
+        n = n_params(q, binding)
     if n > q.max_params:
         raise CanaryUnsupported(
             f"at the definition's constant sizes ({', '.join(f'{k}={v}' for k, v in sorted(updates.items()))}) the "
-            f"canary model has {n / 1e6:.1f}M parameters, past the {q.name} profile's {q.max_params / 1e6:g}M"
+            f"canary model has {n / 1e6:.1f}M parameters with one layer, past the {q.name} profile's "
+            f"{q.max_params / 1e6:g}M"
         )
     return q
+
+
+def n_params(p: CanaryProfile, binding: OpBinding) -> int:
+    return sum(_numel(shape) for _, shape in param_shapes(p, binding))
 
 
 def _numel(shape: tuple[int, ...]) -> int:
