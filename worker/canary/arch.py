@@ -42,6 +42,7 @@ class Arch:
     act: Act = "gelu"
     mlp_bias: bool = False
     linear_at: Literal["fc1", "fc2"] | None = None  # the projection the linear site's kernel computes
+    linear_residual: bool = False  # the linear site's kernel (at fc2) adds the residual stream to its output too
     attention: Literal["sdpa", "softmax"] = "sdpa"
     rope: RopeLayout | None = None
     rope_theta: float | None = None  # a RoPE definition's own theta (None: the profile's, passed to the kernel)
@@ -68,6 +69,7 @@ def arch_of(site_or_binding: Site | OpBinding) -> Arch:
             act=o.act if fused else "gelu",
             mlp_bias=b.role_in("bias") is not None,
             linear_at="fc1" if fused else "fc2",
+            linear_residual=b.role_in("residual") is not None,
         )
     if site == "linear":
         return Arch(site_op="linear", linear_at="fc2")

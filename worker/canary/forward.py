@@ -141,6 +141,14 @@ class Decoder:
         u = self._glu(x, pre) if a.mlp == "glu" else self._linear(x, pre + "fc1", a.act, a.linear_at == "fc1")
         return self._linear(u, pre + "fc2", "none", a.linear_at == "fc2")
 
+    def _mlp_residual(self, x: torch.Tensor, r: torch.Tensor, pre: str) -> torch.Tensor:
+        """r + fc2(act(fc1 x)), the last two in one call of the linear site's kernel."""
+        u = self._linear(x, pre + "fc1", self.arch.act, False)
+        w, b = self.P[pre + "fc2.weight"], self.P.get(pre + "fc2.bias")
+        return torch.stack(
+            [o.linear_residual(u[m], w[m], None if b is None else b[m], r[m]) for m, o in enumerate(self.ops)]
+        )
+
     def _embed(self, ids: torch.Tensor) -> torch.Tensor:
         tables = self.P["tok_emb"]
         if self.arch.emb_norm:
@@ -161,6 +169,10 @@ class Decoder:
         for i in range(n):
             x, r = self._add_norm(self._attention(x, f"blocks.{i}."), r, P[f"blocks.{i}.norm2"])
             after = P[f"blocks.{i + 1}.norm1"] if i + 1 < n else P["final_norm"]
+            if self.arch.linear_residual:  # the kernel's down-projection adds the residual stream itself
+                r = self._mlp_residual(x, r, f"blocks.{i}.")
+                x = self._norm(r, after)
+                continue
             x, r = self._add_norm(self._mlp(x, f"blocks.{i}."), r, after)
         return x
 

@@ -91,6 +91,12 @@ class Ops:
         y = matmul_t(x, w)
         return activation(y if b is None else y + b, act)
 
+    def linear_residual(
+        self, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, residual: torch.Tensor
+    ) -> torch.Tensor:
+        """residual + x @ w^T + b: the down-projection with its block's skip connection."""
+        return residual + self.linear(x, w, b, "none")
+
     def glu(self, x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, act: Act) -> torch.Tensor:
         """act(x @ w_gate^T) * (x @ w_up^T): a gated MLP's first half."""
         return activation(matmul_t(x, w_gate), act) * matmul_t(x, w_up)

@@ -231,6 +231,13 @@ class KernelOps(Ops):
             return linear.apply(self.b, self.kernel, x, w, b, act)
         return super().linear(x, w, b, act)
 
+    def linear_residual(
+        self, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, residual: torch.Tensor
+    ) -> torch.Tensor:
+        if self.b.site == "linear" and self.b.role_in("residual") is not None:
+            return linear.apply(self.b, self.kernel, x, w, b, "none", residual)
+        return super().linear_residual(x, w, b, residual)
+
     def glu(self, x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, act: Act) -> torch.Tensor:
         if self.b.site == "glu":
             return glu.apply(self.b, self.kernel, x, w_gate, w_up, act)

@@ -1,4 +1,6 @@
 """Site "linear": y = act(x @ W^T + b) in the MLP, forward, or its backward (grad_input / grad_weight / grad_bias).
+A forward GEMM may add the residual stream to its output (y = x @ W^T + residual, a projection fused with its block's
+skip connection): it is then the down-projection together with the residual add that follows it in the model.
 
 Where: a GEMM with its own activation (gemm + bias + GELU) is the MLP's up-projection fc1, the activation then being
 the kernel's; a bare GEMM, and every GEMM backward, is the down-projection fc2, whose reduction (d_ff) is the model's
@@ -48,6 +50,8 @@ def _input_roles(d: Definition) -> dict[str, str]:
             raise CanaryUnsupported(f"input '{a.name}' is a scalar or integer; a linear takes float tensors only")
         if a.name.lower().startswith(("grad", "dy", "dout", "d_out")):
             roles[a.name] = "grad_output"
+        elif a.named("residual", "res", "skip", "shortcut"):
+            roles[a.name] = "residual"
         elif a.rank == 1:
             roles[a.name] = "bias"
         elif a.named("weight", "w", "weights", "mat2"):
@@ -111,6 +115,8 @@ def bind(d: Definition, options: SiteOptions) -> OpBinding:
     b = make(SITE, d, roles, _output_roles(d, by_role, backward), options)
     if not backward and "x" not in by_role:
         raise CanaryUnsupported("a linear forward needs an activation input")
+    if "residual" in by_role and (backward or options.act != "none"):
+        raise CanaryUnsupported("a residual is added to a bare GEMM's forward output only")
     if b.role_out("grad_weight") is not None and "x" not in by_role:
         raise CanaryUnsupported("grad_weight needs the layer's input")
     if b.role_out("grad_x") is not None and "weight" not in by_role:
@@ -126,7 +132,7 @@ def proposals(d: Definition) -> list[SiteOptions]:
         raise CanaryUnsupported("the reference has no matrix product")
     # a fused activation only where the reference names one (longest name first: gelu with tanh is gelu_tanh)
     named: list[Act] = [a for a, words in ACTS.items() if all(w in text for w in words)][:1]
-    acts: list[Act] = ["none"] if "grad_output" in by_role else [*named, "none"]
+    acts: list[Act] = ["none"] if "grad_output" in by_role or "residual" in by_role else [*named, "none"]
     return [SiteOptions(act=a, weight_in_out=o) for a in acts for o in _orientations(by_role)]
 
 
@@ -166,6 +172,7 @@ def example(b: OpBinding, p: CanaryProfile, gen: torch.Generator) -> dict[str, A
         "weight": w.t() if b.options.weight_in_out else w,
         "bias": normal((n,), gen, 0.1),
         "grad_output": normal((*lead, n), gen),
+        "residual": normal((*lead, n), gen),
     }
 
 
@@ -173,7 +180,8 @@ def expected(b: OpBinding, v: dict[str, Any]) -> dict[str, torch.Tensor]:
     w = v["weight"].t() if b.options.weight_in_out else v["weight"]
     bias = v["bias"] if b.role_in("bias") is not None else None
     if not b.has_backward:
-        return {"y": Ops().linear(v["x"], w, bias, b.options.act)}
+        y = Ops().linear(v["x"], w, bias, b.options.act)
+        return {"y": y + v["residual"] if b.role_in("residual") is not None else y}
     g = flat(v["grad_output"], 2)
     gw = g.t() @ flat(v["x"], 2)
     return {
@@ -183,19 +191,33 @@ def expected(b: OpBinding, v: dict[str, Any]) -> dict[str, torch.Tensor]:
     }
 
 
-def _args(b: OpBinding, x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None) -> dict[str, Any]:
+def _args(
+    b: OpBinding, x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, residual: torch.Tensor | None = None
+) -> dict[str, Any]:
     rank = next((s.rank for s in b.inputs if s.role in ("x", "grad_output")), 2) or 2
-    return {"x": flat(x, rank), "weight": w.t() if b.options.weight_in_out else w, "bias": bias}
+    return {
+        "x": flat(x, rank),
+        "weight": w.t() if b.options.weight_in_out else w,
+        "bias": bias,
+        "residual": None if residual is None else flat(residual, rank),
+    }
 
 
 class _Forward(torch.autograd.Function):
     @staticmethod
     def forward(
-        ctx: Any, x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, act: Act, b: OpBinding, kernel: Kernel
+        ctx: Any,
+        x: torch.Tensor,
+        w: torch.Tensor,
+        bias: torch.Tensor | None,
+        residual: torch.Tensor | None,
+        act: Act,
+        b: OpBinding,
+        kernel: Kernel,
     ) -> torch.Tensor:
         ctx.save_for_backward(x, w, bias)
-        ctx.act, ctx.autocast = act, autocast_state(x)
-        args = _args(b, x, w, bias)
+        ctx.act, ctx.autocast, ctx.residual = act, autocast_state(x), residual is not None
+        args = _args(b, x, w, bias, residual)
         shape = (*args["x"].shape[:-1], w.shape[0])
         y = call(b, kernel, args, {"y": shape})["y"].to(x.dtype).reshape(*x.shape[:-1], w.shape[0])
         # a bare GEMM's kernel: the model's activation follows it (trusted); a fused one's already applied it
@@ -209,7 +231,8 @@ class _Forward(torch.autograd.Function):
             grads = torch.autograd.grad(
                 Ops().linear(leaves[0], leaves[1], leaves[2] if bias is not None else None, ctx.act), leaves, g
             )
-        return grads[0], grads[1], grads[2] if bias is not None else None, None, None, None
+        # the residual is added: its gradient is the output's
+        return grads[0], grads[1], grads[2] if bias is not None else None, g if ctx.residual else None, None, None, None
 
 
 class _Backward(torch.autograd.Function):
@@ -252,7 +275,15 @@ class _Backward(torch.autograd.Function):
 
 
 def apply(
-    b: OpBinding, kernel: Kernel, x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, act: Act
+    b: OpBinding,
+    kernel: Kernel,
+    x: torch.Tensor,
+    w: torch.Tensor,
+    bias: torch.Tensor | None,
+    act: Act,
+    residual: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    fn = _Backward if b.has_backward else _Forward
-    return fn.apply(x, w, bias, act, b, kernel)  # type: ignore[no-any-return]
+    """The site's op at the model's projection; with `residual` (a binding with that role), the projection plus it."""
+    if b.has_backward:
+        return _Backward.apply(x, w, bias, act, b, kernel)  # type: ignore[no-any-return]
+    return _Forward.apply(x, w, bias, residual, act, b, kernel)  # type: ignore[no-any-return]
