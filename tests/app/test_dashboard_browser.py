@@ -122,7 +122,9 @@ def test_dashboard_updates_live_marks_the_caught_kernel_and_plots(service: tuple
             page.wait_for_selector('#audit [data-stage="probes"][data-status="failed"]', timeout=240_000)
             page.wait_for_selector('#audit[data-finished="true"]', timeout=120_000)
             assert page.evaluate("window.__sameDocument") is True
-            assert page.evaluate("window.__updates") >= 2, "the page should have been updated as stages finished"
+            # at least once in place (a poll may see several stages finish at once: how many polls an audit spans
+            # is timing, not behaviour)
+            assert page.evaluate("window.__updates") >= 1, "the page should have been updated as the audit ran"
             assert page.text_content("#audit-status") == "failed"
 
             # the error-vs-multiplicity plot, drawn by plotly.js from this server
