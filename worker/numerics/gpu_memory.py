@@ -79,10 +79,10 @@ def retry_turn(device: str, need_bytes: int | None, lock_dir: Path | None = None
     """The turn of one stage that ran out of memory to run again on `device`: one such retry at a time across every
     audit process of the host (a device slot, worker.numerics.device_slots), each starting once its need is free.
 
-    Measured on an H100 (2026-12-06, benchmarks/results/h100-2026-12-06-fourth): four memory-heavy audits ran out
-    together beside their neighbours, waited for the same quarter of the card, ran again together and ran out
-    again, three times each, until their budgets were spent. In turns, the first retry finds its memory and the
-    next waits for what that one leaves."""
+    Seen on an H100 (2026-12-06, benchmarks/results/h100-2026-12-06-fourth): four memory-heavy audits, started
+    close together beside their neighbours, each ran out on all three attempts until its budget was spent; each
+    retry had waited only for a quarter of the card, whatever it needed, and nothing kept two retries apart. In
+    turns, the first retry finds its memory and the next waits for what that one leaves."""
     with device_slot(device, RETRY_KIND, 1, lock_dir):
         wait_for_free(device, need_bytes)
         yield
