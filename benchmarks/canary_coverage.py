@@ -111,8 +111,8 @@ def markdown(meta: dict[str, Any], table: list[dict[str, Any]]) -> str:
         hit = sum(1 for r in rs if r["generic_site"])
         return f"{hit} of {len(rs)} ({100 * hit / max(len(rs), 1):.0f}%)"
 
-    catalogue = [r for r in table if r.get("source", "catalogue") == "catalogue"]
-    stand_ins = [r for r in table if r.get("source", "catalogue") != "catalogue"]
+    catalogue = [r for r in table if r["source"] == "catalogue"]
+    stand_ins = [r for r in table if r["source"] != "catalogue"]
     owed = [r for r in catalogue if r["op_class"]]
     signature = [r for r in owed if r["op_class"] in SIGNATURE_CLASSES]
     lines = [
@@ -136,8 +136,8 @@ def markdown(meta: dict[str, Any], table: list[dict[str, Any]]) -> str:
     for r in sorted(table, key=lambda r: (r["op_class"] is None, r["op_class"] or "", r["definition"])):
         how = r["how"] if len(r["how"]) < 260 else r["how"][:257] + "..."
         lines.append(
-            f"| {r['definition']} | {r.get('source', 'catalogue')} | {r['op_type']} | {r['op_class'] or '-'} "
-            f"| {r['curated_site'] or '-'} | {r['generic_site'] or '**none**'} | {r.get('layers') or '-'} "
+            f"| {r['definition']} | {r['source']} | {r['op_type']} | {r['op_class'] or '-'} "
+            f"| {r['curated_site'] or '-'} | {r['generic_site'] or '**none**'} | {r['layers'] or '-'} "
             f"| {how.replace('|', '/')} |"
         )
     return "\n".join(lines) + "\n"

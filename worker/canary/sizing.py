@@ -9,6 +9,8 @@ the op fits no canary here (CanaryUnsupported), reported as such.
 
 from __future__ import annotations
 
+import math
+
 from worker.canary.binding import CanaryUnsupported, OpBinding
 from worker.canary.model import param_shapes
 from worker.canary.profiles import CanaryProfile
@@ -52,11 +54,4 @@ def sized(p: CanaryProfile, updates: dict[str, int], binding: OpBinding) -> Cana
 
 
 def n_params(p: CanaryProfile, binding: OpBinding) -> int:
-    return sum(_numel(shape) for _, shape in param_shapes(p, binding))
-
-
-def _numel(shape: tuple[int, ...]) -> int:
-    n = 1
-    for s in shape:
-        n *= s
-    return n
+    return sum(math.prod(shape) for _, shape in param_shapes(p, binding))

@@ -1,4 +1,5 @@
-# one device call: the canary alone first (optional), then the catalogue resumed from devrun/catalogue.json
+# one device call (device tool, from the repository root): the canary alone first (ALONE=1, on an H200 only), the
+# catalogue resumed from devrun/catalogue.json, then the canary false-positive repeats (FP=1) until END seconds
 export PYTHONUNBUFFERED=1
 L=$OUT/misc.log
 (date -u; nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv; git log --oneline -1; uptime) > $L 2>&1
@@ -16,7 +17,8 @@ echo "jobs $JOBS" >> $L
 nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200 || ALONE=
 if [ -n "$ALONE" ]; then
   echo "== canary alone $(date -u +%T) SECONDS=$SECONDS" >> $L
-  python benchmarks/canary_cost.py --device cuda --audits 3 > $OUT/canary_alone.txt 2>&1
+  python benchmarks/canary_cost.py --device cuda --audits 3 --as-worker --out $OUT/canary_alone_worker.json > $OUT/canary_alone_worker.txt 2>&1
+  python benchmarks/canary_cost.py --device cuda --audits 3 --out $OUT/canary_alone.json > $OUT/canary_alone.txt 2>&1
 fi
 if [ -n "$ATTN" ]; then
   echo "== attention long context $(date -u +%T) SECONDS=$SECONDS" >> $L
@@ -25,5 +27,9 @@ fi
 echo "== catalogue $(date -u +%T) SECONDS=$SECONDS" >> $L
 (while true; do nvidia-smi --query-gpu=memory.used --format=csv,noheader >> $OUT/smi.log; sleep 20; done) &
 cp devrun/catalogue.json $OUT/catalogue.json
-python benchmarks/generic_catalogue.py --device cuda --with-curated --canary --fresh-process --breadth-first --jobs ${JOBS:-3} --budget-s $((END-SECONDS)) --resume --out $OUT/catalogue.md > $OUT/catalogue.log 2>&1
+python benchmarks/generic_catalogue.py --device cuda --with-curated --canary --fresh-process --breadth-first --jobs ${JOBS:-3} --budget-s $((${CATEND:-$END}-SECONDS)) --resume --out $OUT/catalogue.md > $OUT/catalogue.log 2>&1
+if [ -n "$FP" ] && [ $((END-SECONDS)) -gt 60 ]; then
+  echo "== fp repeats $(date -u +%T) SECONDS=$SECONDS" >> $L
+  python benchmarks/canary_sites.py --device cuda --expected pass --lazy-nulls --fresh-process --first-seed ${FIRST:-1} --seeds ${SEEDS:-20} --jobs ${FPJOBS:-5} --budget-s $((END-SECONDS)) --only linear_backward,swiglu_gate_up,post_add_rmsnorm,attention_forward,rope --out $OUT/fp > $OUT/fp.log 2>&1
+fi
 echo "== end $(date -u +%T) SECONDS=$SECONDS" >> $L
