@@ -1,5 +1,6 @@
 # one device call (device tool, from the repository root): the canary alone first (ALONE=1, on an H200 only), the
-# catalogue resumed from devrun/catalogue.json, then the canary false-positive repeats (FP=1) until END seconds
+# canary sites' known-bad and correct examples (SITES=problem,...; SITES_S seconds at most), the
+# catalogue resumed from devrun/catalogue.json (REDO=1: audit again rows with no verdict; ONLY: definitions), then the canary false-positive repeats (FP=1) until END seconds
 export PYTHONUNBUFFERED=1
 L=$OUT/misc.log
 (date -u; nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv; git log --oneline -1; uptime) > $L 2>&1
@@ -20,14 +21,14 @@ if [ -n "$ALONE" ]; then
   python benchmarks/canary_cost.py --device cuda --audits 3 --as-worker --out $OUT/canary_alone_worker.json > $OUT/canary_alone_worker.txt 2>&1
   python benchmarks/canary_cost.py --device cuda --audits 3 --out $OUT/canary_alone.json > $OUT/canary_alone.txt 2>&1
 fi
-if [ -n "$ATTN" ]; then
-  echo "== attention long context $(date -u +%T) SECONDS=$SECONDS" >> $L
-  timeout 200 python benchmarks/canary_sites.py --device cuda --only attention_forward --jobs 2 --out $OUT/attn_long.md > $OUT/attn_long.log 2>&1
+if [ -n "$SITES" ]; then
+  echo "== canary sites $SITES $(date -u +%T) SECONDS=$SECONDS" >> $L
+  timeout ${SITES_S:-200} python benchmarks/canary_sites.py --device cuda --only $SITES --jobs ${SITES_JOBS:-4} --out $OUT/canary_sites > $OUT/canary_sites.log 2>&1
 fi
 echo "== catalogue $(date -u +%T) SECONDS=$SECONDS" >> $L
 (while true; do nvidia-smi --query-gpu=memory.used --format=csv,noheader >> $OUT/smi.log; sleep 20; done) &
 cp devrun/catalogue.json $OUT/catalogue.json
-python benchmarks/generic_catalogue.py --device cuda --with-curated --canary --fresh-process --breadth-first --jobs ${JOBS:-3} --budget-s $((${CATEND:-$END}-SECONDS)) --resume --out $OUT/catalogue.md > $OUT/catalogue.log 2>&1
+python benchmarks/generic_catalogue.py --device cuda --with-curated --canary --fresh-process --breadth-first --jobs ${JOBS:-3} --budget-s $((${CATEND:-$END}-SECONDS)) --resume ${REDO:+--redo-inconclusive} ${ONLY:+--only $ONLY} --out $OUT/catalogue.md > $OUT/catalogue.log 2>&1
 if [ -n "$FP" ] && [ $((END-SECONDS)) -gt 60 ]; then
   echo "== fp repeats $(date -u +%T) SECONDS=$SECONDS" >> $L
   python benchmarks/canary_sites.py --device cuda --expected pass --lazy-nulls --fresh-process --first-seed ${FIRST:-1} --seeds ${SEEDS:-20} --jobs ${FPJOBS:-5} --budget-s $((END-SECONDS)) --only linear_backward,swiglu_gate_up,post_add_rmsnorm,attention_forward,rope --out $OUT/fp > $OUT/fp.log 2>&1
