@@ -2,8 +2,8 @@
 
 The four original sites train the original model (pre-norm RMSNorm, attention through SDPA, a GELU MLP, no biases),
 so their runs stay what they were. A newer site switches on the part that holds its op: a gated MLP for a GLU, an
-explicit softmax in attention, rotary embeddings on q and k, a post-norm residual, biases on the MLP's projections, a
-mixture-of-experts feed-forward whose router's top-k routing is the site's op.
+explicit softmax in attention, rotary embeddings on q and k, a post-norm residual (or OLMo's norm-then-add block),
+biases on the MLP's projections, a mixture-of-experts feed-forward whose router's top-k routing is the site's op.
 Derived from the binding alone, so the parent and the submission's process build the same model.
 """
 
@@ -23,7 +23,7 @@ SITE_OP: dict[str, str] = {
     "loss": "loss",
     "linear": "linear",
     "glu": "glu",
-    "add_norm": "add_norm",
+    "add_norm": "add_norm",  # or "norm_add", where the binding normalises before it adds (arch_of)
     "softmax": "softmax",
     "rope": "rope",
     "attention": "attention",
@@ -47,6 +47,9 @@ class Arch:
     rope: RopeLayout | None = None
     rope_theta: float | None = None  # a RoPE definition's own theta (None: the profile's, passed to the kernel)
     post_norm: bool = False  # h = norm(h + sublayer(h)) instead of h + sublayer(norm(h))
+    # OLMo 2/3's block, h = h + norm(sublayer(h)) (the sublayer's output normalised, then added), and a final norm
+    # before the head: the residual stream itself is never normalised inside the blocks
+    norm_then_add: bool = False
     norm: Literal["rms", "layer"] = "rms"  # every norm of the model an RMSNorm, or a LayerNorm (its bias zero)
 
 
@@ -78,6 +81,8 @@ def arch_of(site_or_binding: Site | OpBinding) -> Arch:
     if site == "norm" and o is not None and o.layer_norm:
         return Arch(site_op="layer_norm", norm="layer")
     if site == "add_norm":
+        if o is not None and o.norm_then_add:
+            return Arch(site_op="norm_add", norm_then_add=True)
         return Arch(site_op="add_norm", post_norm=b is not None and b.role_out("residual") is None)
     if site == "softmax":
         return Arch(site_op="softmax", attention="softmax")

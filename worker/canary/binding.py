@@ -56,6 +56,10 @@ class SiteOptions(BaseModel):
     # a norm-site op that is a LayerNorm (x - mean, scaled by the weight, plus a bias): the model's norms become
     # LayerNorms
     layer_norm: bool = False
+    # a one-output add+norm that normalises x first and then adds the residual, y = residual + rmsnorm(x) * weight:
+    # OLMo 2/3's post-norm block, h = h + norm(sublayer(h)). Its signature is the add-then-norm's (x, residual,
+    # weight, eps -> y), so only the reference tells the two apart
+    norm_then_add: bool = False
 
 
 class OpBinding(BaseModel):

@@ -9,9 +9,14 @@ One block, pre-norm (x is the normalised input of a sublayer, r the residual str
     x, r = add_norm(attention(x), r, norm2);  x, r = add_norm(mlp(x), r, next norm1 or final_norm)
 where add_norm(a, r, w) = (norm(r + a, w), r + a) unless the add_norm site's kernel does both; post-norm:
     h = add_norm(attention(h), h, norm1)[0];  h = add_norm(mlp(h), h, norm2)[0]
+OLMo 2/3's norm-then-add (arch.norm_then_add: the add_norm site's kernel normalises its x before adding the residual):
+    h = norm_add(attention(h), h, norm1);  h = norm_add(mlp(h), h, norm2);  ...;  final_norm(h)
+where norm_add(a, r, w) = r + norm(a, w): the stream is never normalised in a block, so the head reads it through the
+final norm, as OLMo's does.
 Attention: qkv projection, RoPE on q and k (arch.rope), softmax(q k^T / sqrt(d)) v written out (arch.attention ==
-"softmax"), fused SDPA, or the attention site's kernel (prefill, or one decode step per position), output projection. MLP: act(fc1 x) -> fc2, or a GLU act(gate x) * (up x) -> fc2, or a mixture of experts: the router's
-logits, their top-k routing (arch.mlp == "moe"), and the picked experts' act(fc1 x) -> fc2 summed with its weights.
+"softmax"), fused SDPA, or the attention site's kernel (prefill, or one decode step per position), output projection.
+MLP: act(fc1 x) -> fc2, or a GLU act(gate x) * (up x) -> fc2, or a mixture of experts: the router's logits, their
+top-k routing (arch.mlp == "moe"), and the picked experts' act(fc1 x) -> fc2 summed with its weights.
 """
 
 from __future__ import annotations
@@ -59,6 +64,11 @@ class Decoder:
             return torch.stack([y for y, _ in pairs]), torch.stack([s for _, s in pairs])
         s = r + a
         return self._norm(s, w), s
+
+    def _norm_add(self, a: torch.Tensor, r: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        if self._at_site("norm_add"):
+            return torch.stack([o.norm_add(a[m], r[m], w[m], self.eps) for m, o in enumerate(self.ops)])
+        return r + self._norm(a, w)
 
     def _linear(self, x: torch.Tensor, name: str, act: Act, at_site: bool) -> torch.Tensor:
         w, b = self.P[name + ".weight"], self.P.get(name + ".bias")
@@ -160,6 +170,11 @@ class Decoder:
         """[K, batch, tokens, d_model]: the normalised last hidden state the head reads."""
         P, n = self.P, self.p.n_layers
         h = self._embed(ids)
+        if self.arch.norm_then_add:
+            for i in range(n):
+                h = self._norm_add(self._attention(h, f"blocks.{i}."), h, P[f"blocks.{i}.norm1"])
+                h = self._norm_add(self._mlp(h, f"blocks.{i}."), h, P[f"blocks.{i}.norm2"])
+            return self._norm(h, P["final_norm"])
         if self.arch.post_norm:
             for i in range(n):
                 h = self._add_norm(self._attention(h, f"blocks.{i}."), h, P[f"blocks.{i}.norm1"])[0]

@@ -63,6 +63,8 @@ def param_shapes(p: CanaryProfile, site: Arch | Site | OpBinding) -> list[tuple[
     out: list[tuple[str, Shape]] = [("tok_emb", (p.vocab_size, p.d_model))]
     if a.emb_norm:  # the fused embedding+RMSNorm site needs a norm right after the embedding
         out.append(("emb_norm", (p.d_model,)))
+    # post-norm's last block already ends in a norm; pre-norm's and OLMo's norm-then-add stream reach the head through
+    # one (worker.canary.forward)
     if not a.post_norm:
         out.append(("final_norm", (p.d_model,)))
     for i in range(p.n_layers):

@@ -108,6 +108,10 @@ class Ops:
         s = residual + x
         return self.norm(s, weight, eps), s
 
+    def norm_add(self, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+        """residual + rmsnorm(x): a sublayer's output normalised, then added to the residual stream (OLMo 2/3)."""
+        return residual + self.norm(x, weight, eps)
+
     def softmax(self, scores: torch.Tensor) -> torch.Tensor:
         """Over the last axis (attention scores: [..., queries, keys], masked keys at -inf)."""
         return torch.softmax(scores.float(), dim=-1).to(scores.dtype)

@@ -246,9 +246,14 @@ class KernelOps(Ops):
     def add_norm(
         self, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        if self.b.site == "add_norm":
+        if self.b.site == "add_norm" and not self.b.options.norm_then_add:
             return add_norm.apply(self.b, self.kernel, x, residual, weight, eps)
         return super().add_norm(x, residual, weight, eps)
+
+    def norm_add(self, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+        if self.b.site == "add_norm" and self.b.options.norm_then_add:
+            return add_norm.apply_norm_add(self.b, self.kernel, x, residual, weight, eps)
+        return super().norm_add(x, residual, weight, eps)
 
     def softmax(self, scores: torch.Tensor) -> torch.Tensor:
         if self.b.site == "softmax":

@@ -1,11 +1,12 @@
 """The canary sites a definition can be matched to from its signature, one module per family of ops: linear (GEMM
 forward and backward), glu (SwiGLU/GeGLU, with or without the projections), add_norm (residual add + RMSNorm, pre- and
-post-norm), norm (RMSNorm forward or backward: one of the original sites, as common among uncurated definitions as any
-newer one), softmax (attention scores), rope (rotary embedding of q and k), attention (causal scaled-dot-product
-attention), decode (causal attention computed as one decode step per position, over a KV cache), moe_routing (an
-MoE router's top-k experts and their weights), and the other original sites: embedding_norm (the backward of an
-embedding lookup and the RMSNorm after it), embedding (the embedding table's gradient) and loss (cross entropy), so
-that the kernels training breaks on first (an embedding gradient accumulated in bf16) get a canary uncurated too.
+post-norm, or OLMo's RMSNorm then residual add), norm (RMSNorm forward or backward: one of the original sites, as
+common among uncurated definitions as any newer one), softmax (attention scores), rope (rotary embedding of q and k),
+attention (causal scaled-dot-product attention), decode (causal attention computed as one decode step per position,
+over a KV cache), moe_routing (an MoE router's top-k experts and their weights), and the other original sites:
+embedding_norm (the backward of an embedding lookup and the RMSNorm after it), embedding (the embedding table's
+gradient) and loss (cross entropy), so that the kernels training breaks on first (an embedding gradient accumulated in
+bf16) get a canary uncurated too.
 
 Each module says, for its site: which role every argument of a definition plays (`bind`), which layouts a signature
 could mean (`proposals`, raising CanaryUnsupported with the reason where it fits none), which canary sizes the

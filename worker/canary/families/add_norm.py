@@ -1,10 +1,18 @@
-"""Site "add_norm": a residual add and the RMSNorm after it, s = residual + x, y = rmsnorm(s) * weight.
+"""Site "add_norm": a residual add and an RMSNorm in one op, in either order.
 
-With two outputs (y and the new residual s, as vLLM's fused_add_rms_norm) the model is pre-norm: every sublayer's
-output is added to the residual stream by the kernel, which also normalises the sum for the next sublayer; the
-stream is what the kernel returns, in its dtype (a definition that keeps the residual in fp32 keeps the model's
-stream in fp32). With only y the model is post-norm, h = norm(h + sublayer(h)). Forward kernels; the backward is
-trusted autograd.
+Add then norm, s = residual + x, y = rmsnorm(s) * weight. With two outputs (y and the new residual s, as vLLM's
+fused_add_rms_norm) the model is pre-norm: every sublayer's output is added to the residual stream by the kernel,
+which also normalises the sum for the next sublayer; the stream is what the kernel returns, in its dtype (a
+definition that keeps the residual in fp32 keeps the model's stream in fp32). With only y the model is post-norm,
+h = norm(h + sublayer(h)).
+
+Norm then add (SiteOptions.norm_then_add), y = residual + rmsnorm(x) * weight with one output: OLMo 2/3's block,
+h = h + norm(sublayer(h)), with a final norm before the head. The kernel's output is the residual stream itself, never
+normalised inside the blocks, so what it gets wrong is carried into every later block. Its signature is the
+add-then-norm's, so matching tells the two apart by running the reference; a second output (the new residual) is
+the sum that add-then-norm normalises, so only one-output definitions are proposed both ways.
+
+Forward kernels; the backward is trusted autograd.
 """
 
 from __future__ import annotations
@@ -65,13 +73,18 @@ def _roles(d: Definition) -> tuple[dict[str, str], dict[str, str]]:
 
 def bind(d: Definition, options: SiteOptions) -> OpBinding:
     ins, outs = _roles(d)
+    if options.norm_then_add and len(outs) != 1:
+        raise CanaryUnsupported("a norm-then-add returns y alone: the residual it adds is its input")
     return make(SITE, d, ins, outs, options)
 
 
 def proposals(d: Definition) -> list[SiteOptions]:
     _roles(d)
     require(d, RMS_WORDS, "root mean square")
-    return [SiteOptions()]
+    if len(outputs(d)) == 2:  # y and the new residual: the sum is normalised, so the add comes first
+        return [SiteOptions()]
+    # add then norm first, so that every definition matched before keeps its match
+    return [SiteOptions(), SiteOptions(norm_then_add=True)]
 
 
 def dims(b: OpBinding, d: Definition, p: CanaryProfile) -> dict[str, int]:
@@ -88,6 +101,8 @@ def example(b: OpBinding, p: CanaryProfile, gen: torch.Generator) -> dict[str, A
 
 
 def expected(b: OpBinding, v: dict[str, Any]) -> dict[str, torch.Tensor]:
+    if b.options.norm_then_add:
+        return {"y": Ops().norm_add(v["x"], v["residual"], v["norm_weight"], v["eps"])}
     y, s = Ops().add_norm(v["x"], v["residual"], v["norm_weight"], v["eps"])
     return {"y": y, "residual": s}
 
@@ -124,3 +139,36 @@ def apply(
     b: OpBinding, kernel: Kernel, x: torch.Tensor, r: torch.Tensor, w: torch.Tensor, eps: float
 ) -> tuple[torch.Tensor, torch.Tensor]:
     return _AddNorm.apply(x, r, w, eps, b, kernel)  # type: ignore[no-any-return]
+
+
+class _NormAdd(torch.autograd.Function):
+    """y = residual + rmsnorm(x) * weight: the kernel's forward; the backward is the trusted norm's, the residual's
+    gradient passed straight through (it is added)."""
+
+    @staticmethod
+    def forward(
+        ctx: Any, x: torch.Tensor, r: torch.Tensor, w: torch.Tensor, eps: float, b: OpBinding, kernel: Kernel
+    ) -> torch.Tensor:
+        ctx.save_for_backward(x, w)
+        ctx.eps, ctx.r_dtype = eps, r.dtype
+        h = x.shape[-1]
+        shape = (x.numel() // h, h)
+        got = call(
+            b, kernel, {"x": x.reshape(shape), "residual": r.reshape(shape), "norm_weight": w, "eps": eps}, {"y": shape}
+        )
+        # the dtype the trusted op's sum has (Ops.norm_add), whatever the definition's
+        return got["y"].to(torch.promote_types(x.dtype, r.dtype)).reshape(r.shape)
+
+    @staticmethod
+    def backward(ctx: Any, gy: torch.Tensor) -> tuple[Any, ...]:
+        x, w = ctx.saved_tensors
+        with torch.enable_grad():
+            xd, wd = x.detach().requires_grad_(True), w.detach().requires_grad_(True)
+            gx, gw = torch.autograd.grad(rmsnorm(xd, wd, ctx.eps), (xd, wd), gy.to(x.dtype))
+        return gx, gy.to(ctx.r_dtype), gw, None, None, None
+
+
+def apply_norm_add(
+    b: OpBinding, kernel: Kernel, x: torch.Tensor, r: torch.Tensor, w: torch.Tensor, eps: float
+) -> torch.Tensor:
+    return _NormAdd.apply(x, r, w, eps, b, kernel)  # type: ignore[no-any-return]
