@@ -44,7 +44,10 @@ class SiteOptions(BaseModel):
     act: Act = "none"  # a linear's fused activation, or a GLU's gate activation
     gate_first: bool = True  # a GLU's one [gate | up] tensor (False: [up | gate])
     rope_layout: RopeLayout = "neox"
-    rope_theta: float | None = None  # a RoPE whose definition fixes its own theta (None: theta is an input)
+    rope_theta: float | None = None  # a RoPE whose definition fixes its own theta (None: an input, or the model's)
+    # a RoPE given cos/sin tables of head_dim/2 columns, one per rotated pair (False: head_dim columns, each pair's
+    # angle in both of its slots); a role's rank and dtype don't say a table's width, and the site builds the tables
+    rope_half_table: bool = False
     weight_in_out: bool = False  # a linear's weight as [in, out] (y = x @ W) instead of [out, in]
     heads_first: bool = True  # an attention's q, k, v as [batch, heads, tokens, head_dim] (False: tokens first)
     moe_renorm: bool = (
