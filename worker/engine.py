@@ -66,6 +66,8 @@ def parse_stages(spec: str | Iterable[str] | None) -> tuple[str, ...]:
 def run_stage(name: str, ctx: AuditContext) -> StageResult:
     ctx.begin_stage(name)
     t0 = time.perf_counter()
+    # a neighbour's stage that ran out of memory runs again first, with the memory the card has left
+    held_off = gpu_memory.make_way(ctx.device)
     retries = 0
     turn: AbstractContextManager[None] = nullcontext()
     while True:
@@ -93,6 +95,8 @@ def run_stage(name: str, ctx: AuditContext) -> StageResult:
             turn = gpu_memory.retry_turn(ctx.device, gpu_memory.need_after_oom(str(err)))
     if retries:
         result.metrics["out_of_memory_retries"] = retries
+    if held_off >= 1.0:
+        result.metrics["held_off_for_a_retry_s"] = round(held_off, 1)
     result.duration_s = round(time.perf_counter() - t0, 3)
     gpu_memory.release(ctx.device)
     return _judge_faults(ctx, result)

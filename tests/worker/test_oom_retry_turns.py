@@ -1,13 +1,16 @@
 """A stage that ran out of GPU memory runs again in its turn (one retry at a time on a device, across processes) and
-once the memory its failed attempt needed is free (worker.numerics.gpu_memory.retry_turn)."""
+once the memory its failed attempt needed is free (worker.numerics.gpu_memory.retry_turn); while it holds its turn,
+the neighbours' stages hold off starting (make_way)."""
 
 from __future__ import annotations
 
 import fcntl
+import multiprocessing
 import os
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 from worker.numerics import gpu_memory
 
@@ -73,3 +76,38 @@ def test_a_second_retry_on_the_device_waits_for_the_first_to_end(tmp_path: Path)
         assert not entered.is_set()
     assert entered.wait(60), "the second retry never got the turn the first gave back"
     waiter.join(60)
+
+
+def test_a_stage_does_not_start_while_a_neighbours_retry_holds_its_turn(tmp_path: Path) -> None:
+    with gpu_memory.retry_turn("cuda:0", None, lock_dir=tmp_path):
+        # held off for as long as it may be (the lower bound is the code's, not the machine's speed)
+        assert gpu_memory.make_way("cuda:0", lock_dir=tmp_path, timeout_s=0.3) >= 0.3
+        # another device's stages are not held off
+        assert gpu_memory.make_way("cuda:1", lock_dir=tmp_path, timeout_s=30) < 30
+    assert gpu_memory.make_way("cuda:0", lock_dir=tmp_path, timeout_s=30) < 30
+
+
+def test_the_cpu_is_never_held_off(tmp_path: Path) -> None:
+    with gpu_memory.retry_turn("cpu", None, lock_dir=tmp_path):
+        assert gpu_memory.make_way("cpu", lock_dir=tmp_path, timeout_s=30) == 0.0
+
+
+def _hold_a_retry(lock_dir: str, ready: Any) -> None:
+    with gpu_memory.retry_turn("cuda:0", None, lock_dir=Path(lock_dir)):
+        ready.send(True)
+        time.sleep(3600)
+
+
+def test_a_retry_held_by_another_process_holds_off_until_that_process_dies(tmp_path: Path) -> None:
+    ctx = multiprocessing.get_context("spawn")
+    parent_end, child_end = ctx.Pipe()
+    holder = ctx.Process(target=_hold_a_retry, args=(str(tmp_path), child_end), daemon=True)
+    holder.start()
+    try:
+        assert parent_end.poll(120) and parent_end.recv(), "the holder never took its retry's turn"
+        assert gpu_memory.make_way("cuda:0", lock_dir=tmp_path, timeout_s=0.3) >= 0.3
+    finally:
+        holder.kill()
+        holder.join(60)
+    # a killed holder's lock goes with its descriptors: nothing stale holds the card's stages off
+    assert gpu_memory.make_way("cuda:0", lock_dir=tmp_path, timeout_s=30) < 30

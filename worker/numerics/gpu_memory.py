@@ -12,6 +12,8 @@ PyTorch's own:
 
 from __future__ import annotations
 
+import fcntl
+import os
 import re
 import time
 from collections.abc import Iterator
@@ -21,6 +23,8 @@ from pathlib import Path
 import torch
 
 from worker.numerics.device_slots import device_slot
+from worker.numerics.timed_window import device_id
+from worker.numerics.timing_settings import TimingSettings
 
 # how often a stage that ran out of GPU memory runs again (worker.engine.run_stage), and how long it waits for
 # memory before each new attempt: the neighbours' stages last seconds to a minute and release as they end
@@ -30,6 +34,10 @@ FREE_SHARE = 0.25
 # a need past this share of the card is not waited for: the neighbours never all leave at once
 MAX_WAIT_SHARE = 0.9
 RETRY_KIND = "oom-retry"
+# how long a stage's first attempt holds off for a neighbour's retry (make_way): as long as a retry waits for memory,
+# so that a retry that never finds its memory delays the others' stages by no more than that
+HOLD_OFF_S = WAIT_FOR_MEMORY_S
+HOLD_OFF_POLL_S = 0.1
 
 _UNITS = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40}
 _ASKED = re.compile(r"Tried to allocate (\d+(?:\.\d+)?) (B|KiB|MiB|GiB|TiB)")
@@ -82,7 +90,56 @@ def retry_turn(device: str, need_bytes: int | None, lock_dir: Path | None = None
     Seen on an H100 (2026-12-06, benchmarks/results/h100-2026-12-06-fourth): four memory-heavy audits, started
     close together beside their neighbours, each ran out on all three attempts until its budget was spent; each
     retry had waited only for a quarter of the card, whatever it needed, and nothing kept two retries apart. In
-    turns, the first retry finds its memory and the next waits for what that one leaves."""
-    with device_slot(device, RETRY_KIND, 1, lock_dir):
+    turns, the first retry finds its memory and the next waits for what that one leaves; while a retry holds its turn
+    the neighbours' next stages hold off (make_way), so the memory they free stays free for it."""
+    with device_slot(device, RETRY_KIND, 1, lock_dir), _holding_off(device, lock_dir):
         wait_for_free(device, need_bytes)
         yield
+
+
+def _hold_off_path(device: str, lock_dir: Path | None) -> Path:
+    directory = lock_dir if lock_dir is not None else TimingSettings.from_env().timing_lock_dir
+    return directory / f"kaudit-oom-hold-off-gpu{device_id(device)}.lock"
+
+
+@contextmanager
+def _holding_off(device: str, lock_dir: Path | None) -> Iterator[None]:
+    """While a retry waits for memory and runs, the neighbours' stages do not start (make_way): the memory their
+    running stages give back as they end is left for the retry instead of being taken by their next stage.
+
+    Why: on the H100 (2026-12-07, benchmarks/results/h100-2026-12-07) the retries took turns, but each turn waited
+    for memory that the neighbours freed at the end of one stage and took again at the start of the next, and four
+    memory-heavy audits ran out on every attempt until their budgets ended."""
+    if not device.startswith("cuda"):
+        yield
+        return
+    fd = os.open(_hold_off_path(device, lock_dir), os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # the first attempts only look at this lock (shared, for an instant)
+        yield
+    finally:
+        os.close(fd)  # closing the descriptor drops the lock, as a process that dies does
+
+
+def make_way(device: str, lock_dir: Path | None = None, timeout_s: float = HOLD_OFF_S) -> float:
+    """Before a stage's first attempt on `device`: waits while another audit's stage that ran out of memory holds
+    its retry's turn, for at most `timeout_s` (a retry that cannot find its memory does not stall the card's other
+    audits for longer than it waits for it). The seconds waited; nothing to wait for on the CPU."""
+    if not device.startswith("cuda"):
+        return 0.0
+    fd = os.open(_hold_off_path(device, lock_dir), os.O_RDWR | os.O_CREAT, 0o666)
+    t0 = time.monotonic()
+    try:
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                if time.monotonic() - t0 >= timeout_s:
+                    break
+                time.sleep(HOLD_OFF_POLL_S)
+                continue
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            break
+    finally:
+        os.close(fd)
+    return time.monotonic() - t0
