@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 import torch
 
+from tests.canary_support import train_with_ops
 from worker.canary.arch import arch_of
 from worker.canary.binding import Kernel
 from worker.canary.data import draw_batches, split
@@ -21,7 +22,7 @@ from worker.canary.ops import Ops
 from worker.canary.profiles import profile_for
 from worker.canary.sites import KernelOps
 from worker.canary.stacked import train_stacked
-from worker.canary.train import make_optimizer, train
+from worker.canary.train import train
 from worker.catalogue import load_catalogue
 from worker.formats import Definition
 from worker.formats.loaders import load_definition
@@ -130,19 +131,7 @@ def _seqs(found: SiteMatch) -> torch.Tensor:
 
 def _train(found: SiteMatch, ops: Ops) -> list[float]:
     """AdamW steps with `ops` in the model, as worker.canary.train.train takes them (which always calls a kernel)."""
-    p, b = found.profile, found.binding
-    assert b is not None
-    model = build(p, b, init_state(p, b, 0), "cpu")
-    optim = make_optimizer(p, "adamw", list(model.parameters()))
-    losses: list[float] = []
-    for seq in _seqs(found):
-        loss = model.loss(seq, ops)
-        optim.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), p.grad_clip)
-        optim.step()
-        losses.append(float(loss.detach()))
-    return losses
+    return train_with_ops(found, ops, _seqs(found), "adamw")[0]
 
 
 def test_an_exact_kernel_trains_bit_for_bit_as_the_trusted_op(matched: SiteMatch) -> None:

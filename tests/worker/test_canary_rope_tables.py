@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 import torch
 
+from tests.canary_support import train_with_ops
 from worker.canary.binding import Kernel, OpBinding
 from worker.canary.families.rope import tables
 from worker.canary.forward import rope_positions
@@ -21,7 +22,7 @@ from worker.canary.model import build, init_state
 from worker.canary.ops import Ops
 from worker.canary.profiles import CanaryProfile, profile_for
 from worker.canary.sites import KernelOps
-from worker.canary.train import make_optimizer, perturbed_kernel, reference_kernel
+from worker.canary.train import perturbed_kernel, reference_kernel
 from worker.catalogue import load_catalogue
 from worker.formats import Definition
 from worker.reference import Reference
@@ -154,7 +155,7 @@ def test_the_catalogue_rope_still_matches_from_positions_as_before() -> None:
     assert found.binding is not None
     assert found.binding.options.rope_layout == "neox" and found.binding.options.rope_theta is None
     assert not found.binding.options.rope_half_table
-    # the example it is confirmed on is drawn as before: the same agreement as benchmarks/results' coverage rows
+    # the agreement the coverage record gives this definition (benchmarks/results/canary_coverage_cpu.md)
     assert found.how.endswith("the reference agrees with the site's op on an example (0.42 ulp)")
     assert found.profile == CPU.model_copy(update={"n_kv_heads": 2})
 
@@ -168,21 +169,9 @@ def _batches(p: CanaryProfile) -> torch.Tensor:
     return torch.randint(0, p.vocab_size, (STEPS, BATCH, p.seq_len + 1), generator=torch.Generator().manual_seed(0))
 
 
-def _train(found: SiteMatch, ops: Ops) -> tuple[list[torch.Tensor], dict[str, torch.Tensor]]:
+def _train(found: SiteMatch, ops: Ops) -> tuple[list[float], dict[str, torch.Tensor]]:
     """SGD steps as worker.canary.train runs them, with any ops: the losses and the final weights."""
-    p, b = found.profile, found.binding
-    assert b is not None
-    model = build(p, b, init_state(p, b, 0), "cpu")
-    optim = make_optimizer(p, "sgd", list(model.parameters()))
-    losses = []
-    for seq in _batches(p):
-        loss = model.loss(seq, ops)
-        optim.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), p.grad_clip)
-        optim.step()
-        losses.append(loss.detach())
-    return losses, {k: v.detach().clone() for k, v in model.state_dict().items()}
+    return train_with_ops(found, ops, _batches(found.profile), "sgd")
 
 
 def _bf16_tables(inner: Kernel, b: OpBinding) -> Kernel:
@@ -220,13 +209,13 @@ def test_an_exact_kernel_trains_bit_for_bit_as_the_trusted_op_and_bf16_tables_do
     exact = reference_kernel(Reference.of(definition).run_fn)  # each reference here rotates in fp32
     losses_t, weights_t = _train(found, Ops())
     losses_k, weights_k = _train(found, KernelOps(found.binding, exact))
-    assert all(torch.equal(a, b) for a, b in zip(losses_k, losses_t)), (losses_k, losses_t)
+    assert all(a == b for a, b in zip(losses_k, losses_t, strict=True)), (losses_k, losses_t)
     assert all(torch.equal(weights_k[n], w) for n, w in weights_t.items())
     # rounding noise: the exact kernel's outputs moved by 1 ulp on half their elements (the canary's null)
     _, weights_null = _train(found, KernelOps(found.binding, perturbed_kernel(exact, 1, "cpu")))
     null = _divergence(weights_null, weights_t)
     losses_bad, weights_bad = _train(found, KernelOps(found.binding, _bf16_tables(exact, found.binding)))
-    assert any(not torch.equal(a, b) for a, b in zip(losses_bad, losses_t))
+    assert any(a != b for a, b in zip(losses_bad, losses_t, strict=True))
     assert _divergence(weights_bad, weights_t) > 10 * null > 0  # ~65x on the CPU, at these 4 steps
 
 
