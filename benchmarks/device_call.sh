@@ -1,6 +1,9 @@
 # one device call (device tool, from the repository root): the canary alone first (ALONE=1, on an H200 only), the
 # canary sites' known-bad and correct examples (SITES=problem,...; SITES_S seconds at most), the
-# catalogue resumed from devrun/catalogue.json (REDO=1: audit again rows with no verdict; ONLY: definitions), then the canary false-positive repeats (FP=1) until END seconds
+# catalogue resumed from devrun/catalogue.json (REDO=1: audit again rows with no verdict; ONLY: definitions), beside it
+# SOL-ExecBench's own samples with the canary stage (OFFICIAL=substrings of their paths; the upstream files saved unchanged
+# under devrun/official, as benchmarks/official_samples.py lays them out), then the canary false-positive repeats (FP=1)
+# until END seconds
 export PYTHONUNBUFFERED=1
 L=$OUT/misc.log
 (date -u; nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv; git log --oneline -1; uptime) > $L 2>&1
@@ -28,7 +31,14 @@ fi
 echo "== catalogue $(date -u +%T) SECONDS=$SECONDS" >> $L
 (while true; do nvidia-smi --query-gpu=memory.used --format=csv,noheader >> $OUT/smi.log; sleep 20; done) &
 cp devrun/catalogue.json $OUT/catalogue.json
+if [ -n "$OFFICIAL" ]; then
+  echo "== official samples $OFFICIAL $(date -u +%T) SECONDS=$SECONDS" >> $L
+  timeout $((${CATEND:-$END}-SECONDS+60)) python benchmarks/official_samples.py --root devrun/official --device cuda \
+    --stages intake,static,benchmark,probes,canary --only $OFFICIAL --out $OUT/official > $OUT/official.log 2>&1 &
+  OFFICIAL_PID=$!
+fi
 python benchmarks/generic_catalogue.py --device cuda --with-curated --canary --fresh-process --breadth-first --jobs ${JOBS:-3} --budget-s $((${CATEND:-$END}-SECONDS)) --resume ${REDO:+--redo-inconclusive} ${ONLY:+--only $ONLY} --out $OUT/catalogue.md > $OUT/catalogue.log 2>&1
+[ -n "$OFFICIAL_PID" ] && { wait $OFFICIAL_PID; echo "== official samples done $(date -u +%T) SECONDS=$SECONDS" >> $L; }
 if [ -n "$FP" ] && [ $((END-SECONDS)) -gt 60 ]; then
   echo "== fp repeats $(date -u +%T) SECONDS=$SECONDS" >> $L
   python benchmarks/canary_sites.py --device cuda --expected pass --lazy-nulls --fresh-process --first-seed ${FIRST:-1} --seeds ${SEEDS:-20} --jobs ${FPJOBS:-5} --budget-s $((END-SECONDS)) --only linear_backward,swiglu_gate_up,post_add_rmsnorm,attention_forward,rope --out $OUT/fp > $OUT/fp.log 2>&1

@@ -136,13 +136,13 @@ def render(rows: list[dict[str, object]], meta: dict[str, object]) -> str:
         "",
         f"`{meta['command']}`",
         "",
-        "| solution | definition | verdict | benchmark / probes | traces | expected | s |",
+        "| solution | definition | verdict | benchmark / probes / canary | traces | expected | s |",
         "|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         stages = r.get("stages") or {}
         assert isinstance(stages, dict)
-        bp = " / ".join(str(stages.get(n, ["-"])[0]) for n in ("benchmark", "probes"))
+        bp = " / ".join(str(stages.get(n, ["-"])[0]) for n in ("benchmark", "probes", "canary"))
         traces = ", ".join(sorted(set(r.get("trace_status") or [])))  # type: ignore[arg-type]
         lines.append(
             f"| `{r['solution']}` | {r['definition']} | **{r['verdict']}** | {bp} | {traces} | {r['expect']} | "
@@ -154,6 +154,14 @@ def render(rows: list[dict[str, object]], meta: dict[str, object]) -> str:
         assert isinstance(stages, dict)
         verdict = stages.get("verdict", ["", r.get("stderr", "")])[1]
         lines.append(f"- `{r['solution']}`: {str(verdict)[:700]}")
+    canaries = [(r["solution"], (r.get("stages") or {}).get("canary")) for r in rows]  # type: ignore[union-attr]
+    if any(c for _, c in canaries):
+        lines += [
+            "",
+            "Canary stage per sample (which site the definition matched, how, and the training's outcome):",
+            "",
+        ]
+        lines += [f"- `{sol}`: {c[0]}: {str(c[1])[:900]}" for sol, c in canaries if c]
     return "\n".join(lines) + "\n"
 
 
@@ -169,13 +177,6 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     prepare(args.root)
     chosen = [s for s in SAMPLES if not args.only or any(k in s.solution for k in args.only.split(","))]
-    rows = []
-    for s in chosen:
-        if not (args.root / s.solution).exists():
-            rows.append({"solution": s.solution, "definition": "-", "expect": s.expect, "verdict": "(file absent)"})
-            continue
-        rows.append(audit(args.root, s, args.device, args.stages, args.out, args.seed))
-        print(json.dumps({k: rows[-1].get(k) for k in ("solution", "verdict", "seconds")}), flush=True)
     if args.device.startswith("cuda"):
         import torch
 
@@ -187,6 +188,15 @@ def main() -> None:
         "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "command": " ".join(["python", "benchmarks/official_samples.py", *sys.argv[1:]]),
     }
+    rows: list[dict[str, object]] = []
+    for s in chosen:
+        if not (args.root / s.solution).exists():
+            rows.append({"solution": s.solution, "definition": "-", "expect": s.expect, "verdict": "(file absent)"})
+            continue
+        rows.append(audit(args.root, s, args.device, args.stages, args.out, args.seed))
+        print(json.dumps({k: rows[-1].get(k) for k in ("solution", "verdict", "seconds")}), flush=True)
+        # written after every sample, so a run cut short keeps what finished
+        (args.out / "official_samples.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
     (args.out / "official_samples.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
     text = render(rows, meta)
     (args.out / "official_samples.md").write_text(text)
