@@ -50,15 +50,16 @@ def release(device: str) -> None:
         torch.cuda.empty_cache()
 
 
-def need_after_oom(message: str) -> int | None:
-    """The bytes a stage that ran out of memory needs at least: what its process held when it ran out plus what it
-    asked for then, as PyTorch's caching allocator words its OutOfMemoryError (also inside a sandbox child's error).
-    None where the message does not say, as the driver's own `CUDA error: out of memory` does not."""
+def need_after_oom(message: str, with_held: bool = True) -> int | None:
+    """The bytes a stage that ran out of memory needs at least: what its process held when it ran out (unless not
+    `with_held`: work run again in the same process keeps what it holds) plus what it asked for then, as PyTorch's
+    caching allocator words its OutOfMemoryError (also inside a sandbox child's error). None where the message does
+    not say, as the driver's own `CUDA error: out of memory` does not."""
     asked, held = _ASKED.search(message), _HELD.search(message)
     if asked is None:
         return None
     need = float(asked.group(1)) * _UNITS[asked.group(2)]
-    if held is not None:
+    if held is not None and with_held:
         need += float(held.group(1)) * _UNITS[held.group(2)]
     return int(need)
 

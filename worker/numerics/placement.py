@@ -1,7 +1,14 @@
 """Trusted work on the audit's GPU where it has room, on the CPU where it does not.
 
 fp64 is the same arithmetic on both, so where the work runs changes its cost, not its answer; running out of GPU
-memory (a card shared by several audits) moves it to the host, never to a lower precision."""
+memory (a card shared by several audits) moves it to the host, never to a lower precision.
+
+Large work waits for the card first. Seen on an H100 (2026-12-07, benchmarks/results/h100-2026-12-07/call2): the
+fp64 measurements of two definitions with half a billion elements per output (attention_softmax, cross_entropy)
+ran out of memory beside three neighbours and moved to the host, where each took long enough that their audits
+spent the whole 300 s budget without a verdict. The neighbours' stages free their memory as they end, usually
+within seconds, so a measurement that needs gigabytes waits for them and runs again on the GPU before it goes to
+the host; a small one goes to the host at once, where it costs less than the wait."""
 
 from __future__ import annotations
 
@@ -11,20 +18,33 @@ from typing import TypeVar
 
 import torch
 
+from worker.numerics import gpu_memory
+
 T = TypeVar("T")
 CPU = torch.device("cpu")
 log = logging.getLogger(__name__)
+# work that asked for at least this much when it ran out waits for the card instead of moving to the host at once
+WAIT_FOR_CARD_FROM_BYTES = 1 << 30
+WAIT_FOR_CARD_S = 30.0
 
 
-def on_device_or_cpu(device: torch.device | str, fn: Callable[[torch.device], T]) -> T:
-    """fn(device) for a GPU device; fn(CPU) for the CPU, or where the GPU ran out of memory."""
+def on_device_or_cpu(device: torch.device | str, fn: Callable[[torch.device], T], wait_s: float = WAIT_FOR_CARD_S) -> T:
+    """fn(device) for a GPU device; fn(CPU) for the CPU, or where the GPU ran out of memory: at once for work that
+    asked for less than WAIT_FOR_CARD_FROM_BYTES, else after one more try on the GPU once what it asked for is free
+    (waiting at most `wait_s`)."""
     dev = torch.device(device)
+    what = getattr(fn, "__qualname__", "the work")
     if dev.type == "cuda":
-        try:
-            return fn(dev)
-        except torch.OutOfMemoryError:
-            torch.cuda.empty_cache()
-            log.warning(
-                "the GPU ran out of memory; %s runs on the CPU instead", getattr(fn, "__qualname__", "the work")
-            )
+        for attempt in (1, 2):
+            try:
+                return fn(dev)
+            except torch.OutOfMemoryError as err:
+                torch.cuda.empty_cache()
+                need = gpu_memory.need_after_oom(str(err), with_held=False)
+                large = need is not None and need >= WAIT_FOR_CARD_FROM_BYTES
+                if attempt == 1 and large and gpu_memory.wait_for_free(str(dev), need, timeout_s=wait_s):
+                    log.warning("the GPU ran out of memory; %s runs there again, its memory free", what)
+                    continue
+                log.warning("the GPU ran out of memory; %s runs on the CPU instead", what)
+                break
     return fn(CPU)
