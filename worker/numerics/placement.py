@@ -3,10 +3,10 @@
 fp64 is the same arithmetic on both, so where the work runs changes its cost, not its answer; running out of GPU
 memory (a card shared by several audits) moves it to the host, never to a lower precision.
 
-Large work waits for the card first. Seen on an H100 (2026-12-07, benchmarks/results/h100-2026-12-07/call2): the
-fp64 measurements of two definitions with half a billion elements per output (attention_softmax, cross_entropy)
-ran out of memory beside three neighbours and moved to the host, where each took long enough that their audits
-spent the whole 300 s budget without a verdict. The neighbours' stages free their memory as they end, usually
+Large work waits for the card first. Seen on an H100 (2026-12-07, benchmarks/results/h100-2026-12-07/call2): eleven
+trusted measurements moved to the host beside three neighbours, and the audits of the two definitions with half a
+billion elements per output (attention_softmax, cross_entropy) spent their whole 300 s budget without a verdict;
+fp64 over that many elements on the host is slow enough to be a likely part of why. The neighbours' stages free their memory as they end, usually
 within seconds, so a measurement that needs gigabytes waits for them and runs again on the GPU before it goes to
 the host; a small one goes to the host at once, where it costs less than the wait."""
 
