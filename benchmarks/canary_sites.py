@@ -110,11 +110,19 @@ def _machine(device: str) -> str:
     return f"cpu: {names[0] if names else 'unknown'}, {os.cpu_count()} cores"
 
 
+# what the header says of the null runs, by the profile's lazy_nulls
+NULLS = {
+    False: "every null trained",
+    True: "the nulls trained only for a gap past the floor (lazy_nulls; a '-' band: none was needed)",
+}
+
+
 def render(env: dict[str, Any], rows: list[dict[str, Any]]) -> str:
     p = env["profile"]
     return (
         f"# The newer canary sites ({env['device']})\n\n`{env['command']}` ({env['date']}, torch {env['torch']}, "
-        f"{p['name']} profile with every null trained, no parent cache). Gap: mean paired held-out loss gap over the "
+        f"{p['name']} profile with {NULLS[bool(p.get('lazy_nulls'))]}, no parent cache). Gap: mean paired held-out "
+        "loss gap over the "
         "checkpoints (submission - reference, nats); band: the largest |gap| of the 1-ulp null runs; limit: "
         f"max(3 x band, {p['loss_floor']}); fidelity: the kernel's worst error on the op's real arguments along the "
         "reference's SGD run, as a multiple of the ideal output's (fails above 4).\n\n"

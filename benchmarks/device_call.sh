@@ -2,9 +2,14 @@
 # canary sites' known-bad and correct examples (SITES=problem,...; SITES_S seconds at most), the
 # catalogue resumed from devrun/catalogue.json (REDO=1: audit again rows with no verdict; ONLY: definitions), beside it
 # SOL-ExecBench's own samples with the canary stage (OFFICIAL=substrings of their paths; the upstream files saved unchanged
-# under devrun/official, as benchmarks/official_samples.py lays them out), then the canary false-positive repeats (FP=1)
-# until END seconds
+# under devrun/official, as benchmarks/official_samples.py lays them out; OFFICIAL_S seconds at most), then the canary
+# false-positive repeats (FP=1) until END seconds. What comes back: $OUT/run.tgz (every file; the device tool returns at most 8 files) and misc.log
 export PYTHONUNBUFFERED=1
+BACK=$OUT
+OUT=$(mktemp -d)
+pack() { tar czf $BACK/run.tgz -C $OUT . 2>/dev/null; cp $OUT/misc.log $BACK/ 2>/dev/null; }
+trap pack EXIT
+trap 'exit 143' TERM INT
 L=$OUT/misc.log
 (date -u; nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv; git log --oneline -1; uptime) > $L 2>&1
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site-packages .whl/*.whl >> $L 2>&1 || exit 1
@@ -33,7 +38,7 @@ echo "== catalogue $(date -u +%T) SECONDS=$SECONDS" >> $L
 cp devrun/catalogue.json $OUT/catalogue.json
 if [ -n "$OFFICIAL" ]; then
   echo "== official samples $OFFICIAL $(date -u +%T) SECONDS=$SECONDS" >> $L
-  timeout $((${CATEND:-$END}-SECONDS+60)) python benchmarks/official_samples.py --root devrun/official --device cuda \
+  timeout ${OFFICIAL_S:-450} python benchmarks/official_samples.py --root devrun/official --device cuda \
     --stages intake,static,benchmark,probes,canary --only $OFFICIAL --out $OUT/official > $OUT/official.log 2>&1 &
   OFFICIAL_PID=$!
 fi

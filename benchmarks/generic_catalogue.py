@@ -29,6 +29,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.audit_examples import device_name
+from benchmarks.audit_progress import ProgressLog, summary
 from benchmarks.expectations import KNOWN_BAD, runs_on
 from benchmarks.parallel import run_jobs
 from worker.catalogue import Catalogue, Problem, load_catalogue
@@ -58,9 +59,14 @@ def in_generic_measurement(problem: Problem, with_curated: bool) -> bool:
     return not problem.curated or with_curated or problem.name in CURATED_AFTER_GENERIC
 
 
-def audit_row(problem_name: str, sname: str, device: str, path: str, canary: bool = False) -> dict[str, Any]:
+def audit_row(
+    problem_name: str, sname: str, device: str, path: str, canary: bool = False, progress_file: str | None = None
+) -> dict[str, Any]:
     """One audit: `path` "generic" strips any audit.json and oracle.py; "curated" keeps them (and requires them).
-    With `canary`, the canary stage runs too: its site is then matched from the signature alone (worker.canary.matching)."""
+    With `canary`, the canary stage runs too: its site is then matched from the signature alone (worker.canary.matching).
+    `progress_file`: where the audit's progress goes as it runs (benchmarks.audit_progress), read back if it never
+    returns."""
+    log = ProgressLog(Path(progress_file)) if progress_file else None
     problem = load_catalogue().get(problem_name)
     curated_folder = problem.curated
     if path == "generic" and problem.curated:
@@ -70,7 +76,13 @@ def audit_row(problem_name: str, sname: str, device: str, path: str, canary: boo
     sol = problem.example_solution(sname)
     t0 = time.perf_counter()
     report = run_audit(
-        problem, sol, device=device, stages=(*STAGES, "canary") if canary else STAGES, seed=secrets.randbits(62)
+        problem,
+        sol,
+        device=device,
+        stages=(*STAGES, "canary") if canary else STAGES,
+        seed=secrets.randbits(62),
+        progress=log.note if log else None,
+        on_stage=log.stage if log else None,
     )
     stages = {s.name: s for s in report.stages}
     probes = stages["probes"].model_dump(mode="json")
@@ -202,7 +214,7 @@ def canary_cell(row: dict[str, Any]) -> str:
     return f"{c['status']} ({c.get('site') or '?'}, {'-' if fid is None else f'{fid:.3g}x'}, {c.get('seconds') or 0:.1f} s)"
 
 
-def markdown(rows: list[dict[str, Any]], header: str) -> str:
+def markdown(rows: list[dict[str, Any]], header: str, unfinished: list[dict[str, Any]] | None = None) -> str:
     generic = [r for r in rows if path_of(r) == "generic"]
     curated = [r for r in rows if path_of(r) == "curated"]
     lines = [header, ""]
@@ -216,6 +228,11 @@ def markdown(rows: list[dict[str, Any]], header: str) -> str:
             "audited with their audit.json and oracle.py.",
             "",
             *_table(curated, "curated"),
+        ]
+    if unfinished:
+        lines += ["", "## Unfinished audits", "", "Where each had got to when the run ended (its progress file):", ""]
+        lines += [
+            f"- **{u['definition']}/{u['example']}** ({u['path']}): {u['why']}; {u['progress']}" for u in unfinished
         ]
     lines += ["", "Probe summaries:", ""]
     for r in rows:
@@ -296,7 +313,11 @@ def main() -> int:
         ap.error(f"--paths takes a comma-separated subset of {','.join(PATHS)}")
     catalogue = load_catalogue()
     only = set(args.only.split(",")) if args.only else None
-    jobs = [(*j, args.canary) for j in plan_jobs(catalogue, args.device, paths, only, args.with_curated)]
+    progress_dir = args.out.with_suffix(".progress")  # one file per audit, read back for those that never return
+    jobs = [
+        (*j, args.canary, str(progress_dir / f"{j[0]}__{j[1]}__{j[3]}.jsonl"))
+        for j in plan_jobs(catalogue, args.device, paths, only, args.with_curated)
+    ]
     rows: list[dict[str, Any]] = []
     previous = (
         json.loads(args.out.with_suffix(".json").read_text())
@@ -340,11 +361,15 @@ def main() -> int:
         )
     )
 
+    unfinished: list[dict[str, Any]] = []
+    died: dict[tuple[str, str, str], str] = {}
+
     def write() -> None:
         rows.sort(key=lambda r: (PATHS.index(path_of(r)), r["definition"], r["example"]))
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(markdown(rows, header))
-        args.out.with_suffix(".json").write_text(json.dumps({"header": header, "rows": rows}, indent=1))
+        args.out.write_text(markdown(rows, header, unfinished))
+        record = {"header": header, "rows": rows, **({"unfinished": unfinished} if unfinished else {})}
+        args.out.with_suffix(".json").write_text(json.dumps(record, indent=1))
 
     def record(row: dict[str, Any]) -> None:
         rows.append(row)
@@ -355,21 +380,40 @@ def main() -> int:
         )
         write()
 
-    unfinished = run_jobs(
+    left = run_jobs(
         audit_row,
         jobs,
         workers=args.jobs,
         budget_s=args.budget_s,
         on_result=record,
         tasks_per_process=1 if args.fresh_process else None,
+        on_died=lambda job, why: died.__setitem__((job[0], job[1], job[3]), why),
     )
+    finished = {(r["definition"], r["example"], path_of(r)) for r in rows}
+    for job in jobs:
+        if (job[0], job[1], job[3]) not in finished:
+            progress = summary(Path(job[5]))
+            why = died.get((job[0], job[1], job[3])) or (
+                "stopped by the run's time budget" if progress.elapsed_s is not None else "never started"
+            )
+            unfinished.append(
+                {
+                    "definition": job[0],
+                    "example": job[1],
+                    "path": job[3],
+                    "why": why,
+                    "progress": progress.describe(),
+                    "stages": progress.model_dump(mode="json"),
+                }
+            )
+            print(f"unfinished: {job[0]}/{job[1]} ({job[3]}): {why}; {progress.describe()}", flush=True)
     write()
     outcomes = [verdict_cell(r) for r in rows]
     missed = sum("MISSED" in o for o in outcomes)
     false_pos = sum("FLAGGED" in o for o in outcomes)
     print(
         f"{len(rows)} audits; {missed} known-bad missed; {false_pos} correct examples flagged; "
-        f"{sum('inconclusive' in o for o in outcomes)} inconclusive; {unfinished} unfinished"
+        f"{sum('inconclusive' in o for o in outcomes)} inconclusive; {left} unfinished"
     )
     if args.canary:
         ran = [r for r in rows if r.get("canary", {}).get("status") in ("passed", "failed")]  # a verdict came back

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import multiprocessing
+import os
 import signal
 import sys
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
 Job = tuple[Any, ...]
@@ -23,6 +25,7 @@ def run_jobs(
     initializer: Callable[..., None] | None = None,
     initargs: tuple[Any, ...] = (),
     tasks_per_process: int | None = None,
+    on_died: Callable[[Job, str], None] | None = None,
 ) -> int:
     """Call fn(*job) for every job, `workers` at a time, each in a spawned process (CUDA cannot fork).
 
@@ -33,9 +36,88 @@ def run_jobs(
     a 110 s budget to 55 s of audits (benchmarks/results/h200-2026-12-03/session10). `tasks_per_process`: a
     process is replaced after that many jobs, so nothing one job leaves on the device (the caching allocator's
     blocks) is there for the next (the set-up job counts as one).
+
+    A worker process that dies (the host's out-of-memory killer, a crash in native code) breaks the whole pool:
+    every job in flight or waiting fails with it, and the pool cannot say whose process died. So the jobs that were
+    running then are suspects: the others go on in a new pool, within the same budget, and each suspect runs again
+    afterwards alone; one whose process dies alone is reported to `on_died`, with why, and not run again. One job
+    that kills its process cannot take the run down (on an H200 one did: benchmarks/results/h200-2026-12-07).
     """
-    done, stopped = 0, False
-    workers = max(1, min(workers, len(jobs)))
+    done = 0
+    pending = list(range(len(jobs)))
+    suspects: list[int] = []
+    idle_breaks = 0
+    deadline: float | None = None
+    with multiprocessing.get_context("spawn").Manager() as manager:
+        started = manager.dict()  # job index -> pid of the process that took it
+        while pending or suspects:
+            alone = not pending
+            batch = [suspects[0]] if alone else pending
+            pool = _ready_pool(
+                manager, 1 if alone else max(1, min(workers, len(batch))), initializer, initargs, tasks_per_process
+            )
+            if deadline is None:
+                deadline = time.monotonic() + budget_s
+            futures = {pool.submit(_call, fn, i, started, jobs[i]): i for i in batch}
+            finished: set[int] = set()
+            broken = stopped = False
+            try:
+                left = deadline - time.monotonic()
+                for fut in as_completed(futures, timeout=None if budget_s == float("inf") else max(0.0, left)):
+                    try:
+                        result = fut.result()
+                    except BrokenProcessPool:
+                        broken = True
+                        break
+                    finished.add(futures[fut])
+                    on_result(result)
+                    done += 1
+            except TimeoutError:
+                for fut in futures:
+                    fut.cancel()
+                stop_workers(pool)
+                stopped = True
+            finally:
+                pool.shutdown(wait=not stopped, cancel_futures=True)
+            for fut, i in futures.items():  # results that came in beside the break are kept, not run again
+                if broken and i not in finished and fut.done() and not fut.cancelled() and fut.exception() is None:
+                    finished.add(i)
+                    on_result(fut.result())
+                    done += 1
+            running = [i for i in batch if i in started and i not in finished] if broken else []
+            for i in running:
+                started.pop(i, None)
+            if alone:
+                if broken and on_died is not None:
+                    on_died(
+                        jobs[batch[0]],
+                        "its process died while it ran alone (killed by a signal, the host's out-of-memory killer "
+                        "or a crash in native code); not run again",
+                    )
+                suspects = suspects[1:] if (broken or batch[0] in finished) else suspects
+            else:
+                if broken:
+                    print(f"a worker process died; running then, to run again alone: {running}", flush=True)
+                    idle_breaks = 0 if running else idle_breaks + 1
+                    if idle_breaks > 1:  # a process that dies with no job in it (its set-up): no new pool will do
+                        raise RuntimeError("worker processes die before they take a job; see the initializer")
+                suspects += running
+                pending = [i for i in pending if i not in finished and i not in running] if broken else []
+            if stopped or time.monotonic() >= deadline:
+                if done < len(jobs):
+                    print(f"time budget of {budget_s:.0f} s reached; {len(jobs) - done} audits unfinished", flush=True)
+                break
+    return len(jobs) - done
+
+
+def _ready_pool(
+    manager: Any,
+    workers: int,
+    initializer: Callable[..., None] | None,
+    initargs: tuple[Any, ...],
+    tasks_per_process: int | None,
+) -> ProcessPoolExecutor:
+    """A pool whose `workers` processes are all set up (one ready job each, waiting for the others)."""
     pool = ProcessPoolExecutor(
         max_workers=workers,
         mp_context=multiprocessing.get_context("spawn"),
@@ -43,24 +125,15 @@ def run_jobs(
         initargs=(initializer, initargs),
         max_tasks_per_child=tasks_per_process,
     )
-    with multiprocessing.get_context("spawn").Manager() as manager:
-        barrier = manager.Barrier(workers)  # one ready job per process: each waits until all are set up
-        for ready in [pool.submit(_ready, barrier) for _ in range(workers)]:
-            ready.result()
-    futures = [pool.submit(fn, *job) for job in jobs]
-    try:
-        for fut in as_completed(futures, timeout=None if budget_s == float("inf") else budget_s):
-            on_result(fut.result())
-            done += 1
-    except TimeoutError:
-        print(f"time budget of {budget_s:.0f} s reached; {len(jobs) - done} audits unfinished", flush=True)
-        for fut in futures:
-            fut.cancel()
-        stop_workers(pool)
-        stopped = True
-    finally:
-        pool.shutdown(wait=not stopped, cancel_futures=True)
-    return len(jobs) - done
+    barrier = manager.Barrier(workers)
+    for ready in [pool.submit(_ready, barrier) for _ in range(workers)]:
+        ready.result()
+    return pool
+
+
+def _call(fn: Callable[..., dict[str, Any]], index: int, started: Any, job: Job) -> dict[str, Any]:
+    started[index] = os.getpid()  # the parent's record of who was running when a process died
+    return fn(*job)
 
 
 def _ready(barrier: Any) -> None:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import signal
 import time
+from pathlib import Path
 from typing import Any
 
 from benchmarks.parallel import run_jobs
@@ -40,3 +42,43 @@ def test_more_workers_than_jobs_and_no_jobs() -> None:
     assert run_jobs(_job, [(7,)], workers=8, budget_s=60, on_result=results.append) == 0
     assert [r["i"] for r in results] == [7]
     assert run_jobs(_job, [], workers=2, budget_s=60, on_result=results.append) == 0
+
+
+def _wait_for(path: Path) -> None:
+    deadline = time.monotonic() + 120  # a hang guard, not a margin: the file is written before anyone waits long
+    while not path.exists():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{path} never appeared")
+        time.sleep(0.05)
+
+
+def _job_or_die(i: int, folder: str) -> dict[str, Any]:
+    """Job 0 kills its own process once job 1 is running beside it; job 1 runs until then (or at once, alone)."""
+    d = Path(folder)
+    if i == 0:
+        _wait_for(d / "1.started")
+        (d / "0.dying").write_text("")
+        os.kill(os.getpid(), signal.SIGKILL)
+    if i == 1:
+        (d / "1.started").write_text("")
+        _wait_for(d / "0.dying")
+    return {"i": i, "pid": os.getpid()}
+
+
+def test_a_job_that_kills_its_process_is_reported_and_the_others_finish(tmp_path: Path) -> None:
+    results: list[dict[str, Any]] = []
+    died: list[tuple[tuple[Any, ...], str]] = []
+    left = run_jobs(
+        _job_or_die,
+        [(i, str(tmp_path)) for i in range(4)],
+        workers=2,
+        budget_s=float("inf"),
+        on_result=results.append,
+        on_died=lambda job, why: died.append((job, why)),
+        tasks_per_process=1,
+    )
+    assert left == 1
+    # job 1 was in flight when the pool broke: it ran again, alone, and finished once
+    assert sorted(r["i"] for r in results) == [1, 2, 3]
+    assert [job[0] for job, _ in died] == [0]
+    assert "died" in died[0][1]
