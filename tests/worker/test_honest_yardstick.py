@@ -137,3 +137,43 @@ def test_the_honest_yardstick_widens_only_where_honest_orders_err() -> None:
     assert not ideal_only.passed and with_honest.passed
     assert with_honest.honest_rel_err is not None and with_honest.honest_rel_err > with_honest.ideal_rel_err
     assert not measure_output("out", bf16, oracle, torch.float32, budget, honest=honest).passed
+
+
+def _sequential_by_hand(a: torch.Tensor, b: torch.Tensor, acc: torch.dtype) -> torch.Tensor:
+    """One K column at a time, each product rounded to the accumulator and added: the loop the style models."""
+    a, b = a.to(acc), b.to(acc)
+    col = (lambda k: b[k : k + 1]) if b.dim() == 1 else (lambda k: b[..., k : k + 1, :])
+    total = torch.matmul(a[..., 0:1], col(0))
+    for k in range(1, a.shape[-1]):
+        total = total + torch.matmul(a[..., k : k + 1], col(k))
+    return total
+
+
+@pytest.mark.parametrize(
+    ("a_shape", "b_shape", "dtype"),
+    [
+        ((33, 200), (200, 17), torch.bfloat16),  # addmm_
+        ((3, 9, 150), (3, 150, 11), torch.float16),  # baddbmm_
+        ((2, 3, 9, 64), (64, 5), torch.float32),  # broadcast batch: add_
+        ((7, 300), (300,), torch.bfloat16),  # matrix-vector
+    ],
+)
+def test_the_sequential_order_is_the_loop_it_models_bit_for_bit(
+    a_shape: tuple[int, ...], b_shape: tuple[int, ...], dtype: torch.dtype
+) -> None:
+    gen = torch.Generator().manual_seed(5)
+    a = torch.randn(a_shape, generator=gen).to(dtype)
+    b = torch.randn(b_shape, generator=gen).to(dtype)
+    acc = torch.float32 if dtype in (torch.bfloat16, torch.float16) else dtype
+    with Reorder("sequential") as mode:
+        got = torch.matmul(a, b)
+    assert mode.rewritten == 1
+    assert got.dtype == dtype
+    assert torch.equal(got, _sequential_by_hand(a, b, acc).to(dtype))
+    # with autograd recording (a backward reference), the same values and a gradient
+    leaf = a.clone().requires_grad_(True)
+    with Reorder("sequential"):
+        tracked = torch.matmul(leaf, b)
+    assert torch.equal(tracked.detach(), got)
+    tracked.float().sum().backward()
+    assert leaf.grad is not None and leaf.grad.shape == a.shape
