@@ -330,6 +330,8 @@ def main() -> int:
         jobs = [j for j in jobs if (j[0], j[1], j[3]) not in done]
     if args.breadth_first:
         jobs = breadth_first(jobs)
+    for job in jobs:  # a resumed run's files are an earlier run's: this run reports only its own
+        Path(job[5]).unlink(missing_ok=True)
     started = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
     import torch
 
@@ -394,7 +396,7 @@ def main() -> int:
         if (job[0], job[1], job[3]) not in finished:
             progress = summary(Path(job[5]))
             why = died.get((job[0], job[1], job[3])) or (
-                "stopped by the run's time budget" if progress.elapsed_s is not None else "never started"
+                "stopped by the run's time budget" if Path(job[5]).exists() else "never started"
             )
             unfinished.append(
                 {

@@ -49,7 +49,7 @@ def run_jobs(
     idle_breaks = 0
     deadline: float | None = None
     with multiprocessing.get_context("spawn").Manager() as manager:
-        started = manager.dict()  # job index -> pid of the process that took it
+        started = manager.dict()  # job index -> pid of the process that took it, for the batch in flight
         while pending or suspects:
             alone = not pending
             batch = [suspects[0]] if alone else pending
@@ -58,6 +58,7 @@ def run_jobs(
             )
             if deadline is None:
                 deadline = time.monotonic() + budget_s
+            started.clear()  # who takes a job of this batch, so a break names only this batch's running jobs
             futures = {pool.submit(_call, fn, i, started, jobs[i]): i for i in batch}
             finished: set[int] = set()
             broken = stopped = False
@@ -85,8 +86,6 @@ def run_jobs(
                     on_result(fut.result())
                     done += 1
             running = [i for i in batch if i in started and i not in finished] if broken else []
-            for i in running:
-                started.pop(i, None)
             if alone:
                 if broken and on_died is not None:
                     on_died(
@@ -94,7 +93,7 @@ def run_jobs(
                         "its process died while it ran alone (killed by a signal, the host's out-of-memory killer "
                         "or a crash in native code); not run again",
                     )
-                suspects = suspects[1:] if (broken or batch[0] in finished) else suspects
+                suspects = suspects[1:]  # finished, died, or cut by the budget (the loop ends below)
             else:
                 if broken:
                     print(f"a worker process died; running then, to run again alone: {running}", flush=True)

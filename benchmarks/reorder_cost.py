@@ -22,16 +22,22 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from worker.numerics.reorder import Reorder
+from worker.numerics.reorder import Reorder, accumulator
 
 
 def out_of_place(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """The loop as it was: every K step a new product tensor and a new total."""
-    a32, b32 = a.float(), b.float()
-    total = a32[:, 0:1] @ b32[0:1, :]
-    for k in range(1, a.shape[1]):
-        total = total + a32[:, k : k + 1] @ b32[k : k + 1, :]
-    return total.to(a.dtype)
+    """The loop the sequential style models, as it was written before: one K column at a time, every step a new
+    product (rounded to the accumulator) and a new total. Batched `a`, batched or 1-D `b`, as torch.matmul takes them."""
+    out_dtype, acc = torch.result_type(a, b), accumulator(a.dtype, b.dtype)
+    a, b = a.to(acc), b.to(acc)
+
+    def col(k: int) -> torch.Tensor:
+        return b[k : k + 1] if b.dim() == 1 else b[..., k : k + 1, :]
+
+    total = torch.matmul(a[..., 0:1], col(0))
+    for k in range(1, a.shape[-1]):
+        total = total + torch.matmul(a[..., k : k + 1], col(k))
+    return total.to(out_dtype)
 
 
 def reordered(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:

@@ -52,6 +52,10 @@ def test_a_file_cut_mid_line_or_missing_reads_as_far_as_it_goes(tmp_path: Path) 
 
 def test_the_catalogue_run_lists_every_audit_its_budget_cut(tmp_path: Path) -> None:
     out = tmp_path / "cat.md"
+    # an earlier run's file for the same audit (a resumed --out): not this run's progress
+    stale = tmp_path / "cat.progress" / "rmsnorm_forward__pytorch__generic.jsonl"
+    stale.parent.mkdir()
+    stale.write_text(json.dumps({"t": 9.0, "stage": "intake", "status": "passed", "duration_s": 8.0}) + "\n")
     done = subprocess.run(
         [
             sys.executable,
@@ -77,3 +81,4 @@ def test_the_catalogue_run_lists_every_audit_its_budget_cut(tmp_path: Path) -> N
     assert cut == {("rmsnorm_forward", "pytorch"), ("rmsnorm_forward", "triton")}
     assert all(u["why"] in ("stopped by the run's time budget", "never started") for u in record["unfinished"])
     assert "## Unfinished audits" in out.read_text()
+    assert not any("intake passed" in u["progress"] for u in record["unfinished"]), "an earlier run's file was read"

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from benchmarks.reorder_cost import out_of_place
 from tests.solution_support import one_file_solution, uploaded_problem
 from worker.catalogue import Problem
 from worker.engine import run_audit
@@ -139,16 +140,6 @@ def test_the_honest_yardstick_widens_only_where_honest_orders_err() -> None:
     assert not measure_output("out", bf16, oracle, torch.float32, budget, honest=honest).passed
 
 
-def _sequential_by_hand(a: torch.Tensor, b: torch.Tensor, acc: torch.dtype) -> torch.Tensor:
-    """One K column at a time, each product rounded to the accumulator and added: the loop the style models."""
-    a, b = a.to(acc), b.to(acc)
-    col = (lambda k: b[k : k + 1]) if b.dim() == 1 else (lambda k: b[..., k : k + 1, :])
-    total = torch.matmul(a[..., 0:1], col(0))
-    for k in range(1, a.shape[-1]):
-        total = total + torch.matmul(a[..., k : k + 1], col(k))
-    return total
-
-
 @pytest.mark.parametrize(
     ("a_shape", "b_shape", "dtype"),
     [
@@ -164,12 +155,11 @@ def test_the_sequential_order_is_the_loop_it_models_bit_for_bit(
     gen = torch.Generator().manual_seed(5)
     a = torch.randn(a_shape, generator=gen).to(dtype)
     b = torch.randn(b_shape, generator=gen).to(dtype)
-    acc = torch.float32 if dtype in (torch.bfloat16, torch.float16) else dtype
     with Reorder("sequential") as mode:
         got = torch.matmul(a, b)
     assert mode.rewritten == 1
     assert got.dtype == dtype
-    assert torch.equal(got, _sequential_by_hand(a, b, acc).to(dtype))
+    assert torch.equal(got, out_of_place(a, b))  # the loop the style models, one K column at a time
     # with autograd recording (a backward reference), the same values and a gradient
     leaf = a.clone().requires_grad_(True)
     with Reorder("sequential"):

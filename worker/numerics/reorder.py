@@ -120,11 +120,11 @@ def _matmul(a: torch.Tensor, b: torch.Tensor, style: Style) -> torch.Tensor:
 def _add_product(total: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """total + a @ b, the product rounded to the accumulator and then added, as `total + torch.matmul(a, b)` is.
 
-    In place where it can be (addmm_/baddbmm_; the first total is always a fresh product): the sequential style's
-    K steps each rewrote a whole output-sized tensor twice, and at a GEMM's size (8,192 x 14,336 outputs, K = 4,096)
-    that was seconds per probe on a GPU and minutes on a CPU. With bf16 or fp16 inputs every K-column product is
-    exact in fp32, so the result is the same bit for bit (tests/worker/numerics/test_reorder.py); with fp32 inputs a
-    GPU's BLAS may fuse the multiply and the add, which is still an honest order (a loop of FMAs)."""
+    In place where it can be (addmm_/baddbmm_; the first total is always a fresh product): out of place, each of the
+    sequential style's K steps (4,096 for a K = 4,096 GEMM) wrote two new output-sized tensors; in place is 4.5x faster
+    on the CPU (benchmarks/reorder_cost.py). With bf16 or fp16 inputs every K-column product is exact in fp32, so the
+    result is the same bit for bit (tests/worker/test_honest_yardstick.py); with fp32 inputs a GPU's BLAS may fuse the
+    multiply and the add, which is still an honest order (a loop of FMAs)."""
     if torch.is_grad_enabled() and (total.requires_grad or a.requires_grad or b.requires_grad):
         return total + torch.matmul(a, b)
     if total.dim() == a.dim() == b.dim() == 2:
