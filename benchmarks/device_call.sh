@@ -3,7 +3,7 @@
 # catalogue resumed from devrun/catalogue.json (REDO=1: audit again rows with no verdict; ONLY: definitions), beside it
 # SOL-ExecBench's own samples with the canary stage (OFFICIAL=substrings of their paths; the upstream files saved unchanged
 # under devrun/official, as benchmarks/official_samples.py lays them out; OFFICIAL_S seconds at most), then the canary
-# false-positive repeats (FP=1) until END seconds. What comes back: $OUT/run.tgz (every file; the device tool returns at most 8 files) and misc.log
+# false-positive repeats (FP=1; FIRST, SEEDS) until END seconds; NOCAT=1 skips the catalogue. What comes back: $OUT/run.tgz (every file; the device tool returns at most 8 files) and misc.log
 export PYTHONUNBUFFERED=1
 BACK=$OUT
 OUT=$(mktemp -d)
@@ -42,7 +42,7 @@ if [ -n "$OFFICIAL" ]; then
     --stages intake,static,benchmark,probes,canary --only $OFFICIAL --out $OUT/official > $OUT/official.log 2>&1 &
   OFFICIAL_PID=$!
 fi
-python benchmarks/generic_catalogue.py --device cuda --with-curated --canary --fresh-process --breadth-first --jobs ${JOBS:-3} --budget-s $((${CATEND:-$END}-SECONDS)) --resume ${REDO:+--redo-inconclusive} ${ONLY:+--only $ONLY} --out $OUT/catalogue.md > $OUT/catalogue.log 2>&1
+[ -z "$NOCAT" ] && python benchmarks/generic_catalogue.py --device cuda --with-curated --canary --fresh-process --breadth-first --jobs ${JOBS:-3} --budget-s $((${CATEND:-$END}-SECONDS)) --resume ${REDO:+--redo-inconclusive} ${ONLY:+--only $ONLY} --out $OUT/catalogue.md > $OUT/catalogue.log 2>&1
 [ -n "$OFFICIAL_PID" ] && { wait $OFFICIAL_PID; echo "== official samples done $(date -u +%T) SECONDS=$SECONDS" >> $L; }
 if [ -n "$FP" ] && [ $((END-SECONDS)) -gt 60 ]; then
   echo "== fp repeats $(date -u +%T) SECONDS=$SECONDS" >> $L
