@@ -4,6 +4,8 @@ the API's `app.core.settings` is not imported by the engine).
 KAUDIT_PEAK_BANDWIDTH_BYTES_PER_S   peak memory bandwidth for the timing floor, overriding the device's own
                                     figure (worker.numerics.floor); on the CPU it is the only source of a floor
 KAUDIT_RETIME_REL_WIDTH_GPU / _CPU  re-time once when the speedup interval's (hi - lo) / speedup exceeds this
+KAUDIT_TIMING_BUDGET_S              GPU: seconds of kernel calls one timed pass may take (default 60); a kernel whose
+                                    calls are slower gets fewer timed calls (worker.stages.benchmark.timed.plan_blocks)
 KAUDIT_TIMING_LOCK                  0: no per-device lock around the timed window (worker.numerics.timed_window)
 KAUDIT_TIMING_LOCK_DIR              where the lock files live (default /dev/shm: shared by every worker process
                                     of the host, gone at reboot)
@@ -29,6 +31,8 @@ class TimingSettings(BaseModel):
     # are noisier and its figures only indicative, so only a very wide CPU interval is worth the interpreter's time
     retime_rel_width_gpu: float = Field(0.10, gt=0)
     retime_rel_width_cpu: float = Field(0.50, gt=0)
+    # a quick kernel's full pass takes well under a second; only calls of about half a second or more meet it
+    timing_budget_s: float = Field(60.0, gt=0)
     timing_lock: bool = True
     timing_lock_dir: Path = Path("/dev/shm")
     lock_gpu_clocks: str | None = None

@@ -62,7 +62,7 @@ def run(ctx: AuditContext) -> StageResult:
         tols = {w.uuid: tolerance_for(problem, w) for w in workloads}
         run_rounds(ctx, sb, workloads, tols, ledger)
         ledger.current = timing_workload(problem, ctx.profile).uuid
-        timing = _time(ctx, sb, ledger.metrics, ledger.evidence)
+        timing = _time(ctx, sb, ledger.metrics, ledger.evidence, ledger.quickest_round_ms(ledger.current))
     except Failure as f:
         return failed(ledger, f)
     return passed(ledger, workloads, tols, timing)

@@ -6,6 +6,8 @@ rule in worker.numerics.tolerance. The timed passes judge their checked calls wi
 
 from __future__ import annotations
 
+import time
+
 from collections.abc import Sequence
 from typing import Any
 
@@ -53,9 +55,11 @@ def _one_round(
     made = sorted(case.recipes(definition))
     args = case.args(definition)
     ref = reference_outputs(ctx, args)
+    t0 = time.perf_counter()
     reply = request(
         sb, ctx, CallRequest(args=wire, outputs=output_specs(case.output_specs(definition)), poison=float("nan")), where
     )
+    ledger.round_trip_ms.setdefault(w.uuid, []).append((time.perf_counter() - t0) * 1e3)
     check_made([args[i] for i in made], reply.made_digests, where)
     ledger.mutated.update(inputs_mutated(definition, args, reply.args_after))
     try:

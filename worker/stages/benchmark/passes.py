@@ -22,14 +22,14 @@ from worker.stages.benchmark.calls import request
 from worker.stages.benchmark.correctness import check_made, check_round
 from worker.stages.benchmark.failure import Failure, made_mismatch
 from worker.stages.benchmark.timed import (
-    GPU_BLOCK_REPS,
-    GPU_MAX_BLOCKS,
-    REWARM_CALLS,
+    MIN_TIMED_CALLS,
+    OVERRUN_FACTOR,
     TIMING_CHECKS,
     TIMING_POOL_BYTES,
     ReferenceBlock,
     Timed,
     TimingPlan,
+    plan_blocks,
 )
 from worker.stages.benchmark.workloads import reference_outputs
 
@@ -101,8 +101,16 @@ def time_in_child(
     reference's blocks timed here, inside the device's timed window; then the parent checks what it can."""
     ctx, sb, cfg, where = plan.ctx, plan.sb, plan.cfg, plan.where
     definition = ctx.problem.definition
-    block = min(GPU_BLOCK_REPS, max(1, TIMING_POOL_BYTES // max(1, first.nbytes(definition))))
-    n_blocks = min(GPU_MAX_BLOCKS, max(1, math.ceil(cfg.reps / block)))
+    pool_cap = max(1, TIMING_POOL_BYTES // max(1, first.nbytes(definition)))
+    split = plan_blocks(cfg, pool_cap, plan.est_call_ms, plan.settings.timing_budget_s)
+    block, n_blocks = split.block, split.n_blocks
+    timed.plans.append(split)
+    if split.trimmed:
+        ctx.progress(
+            f"benchmark: {where}: a call takes up to {(plan.est_call_ms or 0.0) / 1e3:.2g} s, so {block * n_blocks} timed calls "
+            f"in {n_blocks} blocks fit the {plan.settings.timing_budget_s:g} s budget"
+        )
+    budget_ms = plan.settings.timing_budget_s * 1e3
     cases = [first] + [plan.fresh() for _ in range(block * n_blocks - 1)]
     spare = plan.fresh()  # the warm-up calls' own input set, so that no timed call repeats one
     reps, offset = len(cases), timed.reps
@@ -112,12 +120,20 @@ def time_in_child(
     made = [sorted(c.recipes(definition)) for c in cases]
     specs, n_out = output_specs(first.output_specs(definition)), len(definition.outputs)
     pending: list[tuple[int, list[torch.Tensor], list[int] | None]] = []
+    pass_start_ms = timed.request_wall_ms
     with timed_window(
         ctx.device, plan.settings, on_wait=lambda: ctx.progress(f"benchmark: {where}: waiting for the timing lock")
     ) as window:
+        ran = 0
         for b in range(n_blocks):
+            if ran >= MIN_TIMED_CALLS and timed.request_wall_ms - pass_start_ms > OVERRUN_FACTOR * budget_ms:
+                timed.cut_short = True
+                ctx.progress(
+                    f"benchmark: {where}: past {OVERRUN_FACTOR:g}x the timing budget; stopped after {ran} calls"
+                )
+                break
             lo, hi = b * block, (b + 1) * block
-            warm = cfg.warmup if first_pass and b == 0 else REWARM_CALLS
+            warm = split.warmup if first_pass and b == 0 else split.rewarm
             local = [i - lo for i in check if lo <= i < hi]
             block_request = TimeRequest(
                 args=[a for args in [*wire[lo:hi], spare_wire] for a in args],
@@ -148,9 +164,10 @@ def time_in_child(
             timed.request_wall_ms += wall_ms
             if reference is not None:
                 timed.reference.append(reference(warm, hi - lo))
+            ran = hi
     timed.windows.append(window)
-    timed.fresh_inputs += reps + 1
-    timed.checked += [offset + i for i in check]
+    timed.fresh_inputs += ran + 1
+    timed.checked += [offset + i for i in check if i < ran]
     for i, outs, made_digests in pending:  # one checked set made at a time, and dropped after
         args = cases[i].args(definition)
         check_made([args[j] for j in made[i]], made_digests, where)

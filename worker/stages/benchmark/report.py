@@ -46,6 +46,11 @@ class Ledger:
     evidence: dict[str, Any]
     mutated: set[str] = field(default_factory=set)
     current: str = ""
+    # each workload's correctness rounds, round trip through the sandbox included: an upper bound on one call
+    round_trip_ms: dict[str, list[float]] = field(default_factory=dict)
+
+    def quickest_round_ms(self, uuid: str) -> float | None:
+        return min(self.round_trip_ms[uuid]) if self.round_trip_ms.get(uuid) else None
 
     @classmethod
     def open(cls, ctx: AuditContext, workloads: Sequence[Workload]) -> Ledger:

@@ -6,6 +6,7 @@ blocks with the first pass's, so both the plan and the record outlive one pass."
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
@@ -24,6 +25,46 @@ TIMING_CHECKS = 5  # GPU: timed calls per pass whose outputs the parent judges, 
 GPU_BLOCK_REPS = 10  # GPU: timed calls per interleaved block (a CPU block is one call: each is a slow round trip)
 GPU_MAX_BLOCKS = 20  # GPU: when few input sets fit the pool, more (smaller) blocks, up to this many
 REWARM_CALLS = 2  # GPU: warm-up calls before every block after the first (the other side ran in between)
+# GPU: a kernel whose calls take seconds would hold the device's exclusive timed window for many minutes at the full
+# plan (a K-loop GEMM at 9 s a call: 128 calls, 19 minutes), and every other audit of the device waits for it; below
+# this many timed calls no interval is worth reporting, whatever the budget
+MIN_TIMED_CALLS = 3
+# GPU: a pass still running at this multiple of the budget (its calls slower than the correctness rounds promised)
+# stops after the block in progress, once MIN_TIMED_CALLS are timed
+OVERRUN_FACTOR = 2.0
+
+
+@dataclass(frozen=True)
+class BlockPlan:
+    """How one GPU pass is split: `n_blocks` blocks of `block` timed calls, `warmup` untimed calls before the first
+    and `rewarm` before each later one. `trimmed`: the full plan would not fit the timing budget at the estimated
+    call time, so this is the most it affords (never fewer than MIN_TIMED_CALLS timed calls)."""
+
+    block: int
+    n_blocks: int
+    warmup: int
+    rewarm: int
+    trimmed: bool = False
+
+    @property
+    def calls(self) -> int:
+        return self.warmup + self.block * self.n_blocks + self.rewarm * (self.n_blocks - 1)
+
+
+def plan_blocks(cfg: TimingConfig, block_cap: int, est_call_ms: float | None, budget_s: float) -> BlockPlan:
+    """The full plan (`cfg.reps` calls in blocks of at most GPU_BLOCK_REPS, or `block_cap` when fewer input sets fit
+    the pool), unless its calls at `est_call_ms` each (an upper bound: the correctness rounds' round trips) would
+    take longer than `budget_s`. Then one warm-up call, no re-warm (a call that long is not shaped by what the
+    reference left in the caches, and the L2 is flushed anyway), and as many blocks as the budget affords, so that
+    the interval still has blocks to draw from."""
+    block = max(1, min(GPU_BLOCK_REPS, block_cap))
+    full = BlockPlan(block, min(GPU_MAX_BLOCKS, max(1, math.ceil(cfg.reps / block))), cfg.warmup, REWARM_CALLS)
+    if est_call_ms is None or est_call_ms <= 0 or full.calls * est_call_ms <= budget_s * 1e3:
+        return full
+    timed_calls = max(MIN_TIMED_CALLS, int(budget_s * 1e3 // est_call_ms) - 1)
+    n_blocks = min(GPU_MAX_BLOCKS, timed_calls, full.n_blocks * full.block)
+    return BlockPlan(max(1, min(block, timed_calls // n_blocks)), n_blocks, min(1, cfg.warmup), 0, trimmed=True)
+
 
 ReferenceBlock = Callable[[int, int], TimingSample]  # (warm-up calls, timed calls) -> one block of the reference
 
@@ -42,6 +83,7 @@ class TimingPlan:
     seed: int
     where: str
     gpu: bool
+    est_call_ms: float | None = None  # an upper bound on one kernel call: the timing workload's correctness rounds
     counter: Iterator[int] = field(default_factory=itertools.count)
 
     def fresh(self) -> Case:
@@ -72,6 +114,8 @@ class Timed:
     checked: list[int] = field(default_factory=list)
     request_wall_ms: float = 0.0
     windows: list[WindowRecord] = field(default_factory=list)
+    plans: list[BlockPlan] = field(default_factory=list)  # GPU: each pass's split
+    cut_short: bool = False  # GPU: a pass overran the budget and stopped before its last block
 
     @property
     def reps(self) -> int:

@@ -27,9 +27,18 @@ from worker.stages.benchmark.timed import ReferenceBlock, Timed, TimingPlan
 from worker.stages.benchmark.workloads import timing_workload, tolerance_for
 
 
-def time_kernel(ctx: AuditContext, sb: Sandbox, metrics: dict[str, Any], evidence: dict[str, Any]) -> str:
+def time_kernel(
+    ctx: AuditContext,
+    sb: Sandbox,
+    metrics: dict[str, Any],
+    evidence: dict[str, Any],
+    est_call_ms: float | None = None,
+) -> str:
     """Time the kernel so that the submission cannot forge it (see worker.numerics.timing for what stays trusted);
-    fills `metrics["timing"]` and returns the timing's part of the stage's summary."""
+    fills `metrics["timing"]` and returns the timing's part of the stage's summary. `est_call_ms`: the quickest
+    correctness round on the timing workload, round trip included, which sizes a GPU pass to the timing budget
+    (worker.stages.benchmark.timed.plan_blocks). A kernel slow in its rounds and quick when timed gains only a
+    wider interval; one quick in its rounds and slow when timed is stopped at twice the budget."""
     problem, definition = ctx.problem, ctx.problem.definition
     w = timing_workload(problem, ctx.profile)
     cfg = timing_config(ctx.device)
@@ -43,7 +52,7 @@ def time_kernel(ctx: AuditContext, sb: Sandbox, metrics: dict[str, Any], evidenc
     timing: dict[str, Any] = {"workload": w.uuid, "hardware": device_name(ctx.device), "indicative": not gpu}
     metrics["timing"] = timing
     metrics["indicative"] = not gpu
-    plan = TimingPlan(ctx, sb, w, cfg, settings, tol, seed, where, gpu)
+    plan = TimingPlan(ctx, sb, w, cfg, settings, tol, seed, where, gpu, est_call_ms)
     first = plan.fresh()
     # the first timed set again, made here: the reference's inputs, and the ids the floor counts rows by
     ref_args = build_case(definition, ctx.reference, w, seed, folder=problem.folder, device=ctx.device).args(definition)
@@ -66,10 +75,14 @@ def _measure(
     run_pass = time_in_child if plan.gpu else time_by_parent
     run_pass(plan, first, reference, timed, check_seed=plan.seed, first_pass=True)
     _after_pass(ctx, plan.sb, timed, timing, plan.where)
+    _record_budget(plan, timed, timing)
     boot_seed = ctx.derive_seed("benchmark", "bootstrap", plan.workload.uuid)
     est = timed.interval(boot_seed)
     timing["retimed"] = False
-    if est is not None and est.rel_width > plan.settings.retime_threshold(ctx.device):
+    if timed.cut_short or any(p.trimmed for p in timed.plans):
+        # the budget is spent: a wide interval is reported as it is (the summary says why the calls were few)
+        timing["retime_skipped"] = "the timing budget"
+    elif est is not None and est.rel_width > plan.settings.retime_threshold(ctx.device):
         timing.update(retimed=True, first_speedup_ci=est.ci)
         ctx.progress(f"benchmark: {plan.where}: the speedup's interval is {est.rel_width:.0%} wide; timing it again")
         run_pass(
@@ -83,6 +96,18 @@ def _measure(
         _after_pass(ctx, plan.sb, timed, timing, plan.where)
         est = timed.interval(boot_seed)
     return timed, est
+
+
+def _record_budget(plan: TimingPlan, timed: Timed, timing: dict[str, Any]) -> None:
+    """When the budget shaped the pass: the budget, the estimate it was applied to, and what it cut."""
+    trimmed = any(p.trimmed for p in timed.plans)
+    if trimmed or timed.cut_short:
+        timing.update(
+            budget_s=plan.settings.timing_budget_s,
+            est_call_ms=plan.est_call_ms,
+            budget_trimmed=trimmed,
+            cut_short=timed.cut_short,
+        )
 
 
 def _after_pass(ctx: AuditContext, sb: Sandbox, timed: Timed, timing: dict[str, Any], where: str) -> None:
@@ -128,6 +153,11 @@ def _describe(
     )
     if not plan.gpu:
         clock_note += "; indicative only: round trips through the sandbox on a shared CPU"
+    if "budget_s" in timing:
+        clock_note += (
+            f"; only {timed.reps} timed calls: each takes about {kernel.median_ms / 1e3:.2g} s and one pass may take "
+            f"{timing['budget_s']:g} s (KAUDIT_TIMING_BUDGET_S)"
+        )
     if est is None:
         return (
             f"{kernel.median_ms:.4f} ms ({clock_note}); no speedup: the uploaded reference runs in its own sandbox, "
