@@ -79,6 +79,34 @@ def numel_of(definition: Definition, var_axes: dict[str, int]) -> int:
     return sum(math.prod(definition.shape_of(s, axes)) for s in definition.inputs.values() if not s.is_scalar)
 
 
+# the inputs of one probe, summed, at most (2 GiB per fp64 copy): each probe computes the fp64 oracle, the reference
+# at its own dtypes and two reordered re-runs, and the largest workloads (a 131,072 x 4,096 score matrix, 16k tokens
+# of 32k logits: 4 GiB per fp64 copy) ran an 80 GB card out of memory two audits at once, their fp64 measurements
+# then moved to the host at 30-50 s a probe (benchmarks/results/h100-2026-12-07-second)
+PROBE_MAX_NUMEL = 2**28
+
+
+def within_numel(
+    definition: Definition, var_axes: dict[str, int], cap: int = PROBE_MAX_NUMEL, keep: tuple[str, ...] = ()
+) -> dict[str, int]:
+    """`var_axes` with its largest axes halved, those not in `keep` only, until the inputs hold at most `cap`
+    elements (or nothing more can be halved within the constraints). `keep`: the reduced axes, whose length is what
+    a low-precision accumulator's error grows with; the others (rows, tokens, heads) only repeat the same
+    computation, and the benchmark stage has run every workload at its full size already."""
+    trial = dict(var_axes)
+    while numel_of(definition, trial) > cap:
+        size = numel_of(definition, trial)
+        options = sorted((a for a in trial if a not in keep and trial[a] >= 2 * MIN_JITTER), key=lambda a: -trial[a])
+        for axis in options:
+            cand = {**trial, axis: trial[axis] // 2}
+            if numel_of(definition, cand) < size and satisfies(definition, cand):
+                trial = cand
+                break
+        else:
+            return trial
+    return trial
+
+
 def long_axis(
     definition: Definition,
     base: dict[str, int],

@@ -93,6 +93,11 @@ class GenericPlan(BaseModel):
     roles: dict[str, InputRole]
     structure: Structure
     skipped: list[str] = Field(default_factory=list, description="probes that do not apply, with the reason")
+    axes_cut: dict[str, tuple[int, int]] = Field(
+        default_factory=dict,
+        description="axes the probes draw around a smaller size than the base workload's (workload, probe base): "
+        "its inputs held more than shapes.PROBE_MAX_NUMEL elements",
+    )
 
     def report(self) -> dict[str, object]:
         return {
@@ -102,6 +107,7 @@ class GenericPlan(BaseModel):
             "structure": self.structure.model_dump(),
             "applied": {p.name: p.why for p in self.spec.probes},
             "not_applied": self.skipped,
+            **({"axes_cut": {a: list(v) for a, v in self.axes_cut.items()}} if self.axes_cut else {}),
         }
 
 
@@ -119,6 +125,16 @@ def base_workload(definition: Definition, workloads: tuple[Workload, ...]) -> Wo
         raise ValueError(f"{definition.name}: no workload gives every var axis {definition.var_axes}")
     ranked = sorted(usable, key=lambda w: _size(definition, w))
     return ranked[(len(ranked) - 1) // 2]
+
+
+def _cut_phrase(axes_cut: dict[str, tuple[int, int]]) -> str:
+    if not axes_cut:
+        return ""
+    cuts = ", ".join(f"{a} {w} -> {p}" for a, (w, p) in axes_cut.items())
+    return (
+        f", with {cuts} (the workload's inputs hold more than {shapes.PROBE_MAX_NUMEL:,} elements; reduced axes keep "
+        "their length, and the benchmark stage ran the full size)"
+    )
 
 
 def _scalar_inputs(roles: dict[str, InputRole]) -> dict[str, InputGenerator]:
@@ -173,6 +189,9 @@ def derive_plan(
         structure = Structure(
             note=f"could not build workload '{small.uuid}' to read the structure: {type(err).__name__}: {err}"[:300]
         )
+    workload_axes = base_axes
+    base_axes = shapes.within_numel(definition, base_axes, keep=tuple(structure.reduced_axes))
+    axes_cut = {a: (workload_axes[a], v) for a, v in base_axes.items() if v != workload_axes[a]}
     scalars = _scalar_inputs(roles)
     probes: list[ProbeSpec] = []
     skipped: list[str] = []
@@ -198,7 +217,8 @@ def derive_plan(
     add(
         "workload_like",
         f"the benchmark's own distribution at axes drawn within +-{shapes.JITTER:.0%} of workload "
-        f"'{base.uuid}' (keeping the power of two dividing each): the baseline, and the case for the behavioural checks",
+        f"'{base.uuid}'{_cut_phrase(axes_cut)} (keeping the power of two dividing each): the baseline, and the case "
+        "for the behavioural checks",
         shapes.jittered_keeping_divisibility(definition, base_axes, gen),
     )
     for name in floats:
@@ -317,7 +337,13 @@ def derive_plan(
     _free_axis_probes(definition, roles, base, base_axes, gen, add, skipped)
     spec = AuditSpec(budgets=_budgets(definition, structure, roles, max_ratio), probes=probes)
     return GenericPlan(
-        spec=spec, base_workload=base.uuid, base_axes=base_axes, roles=roles, structure=structure, skipped=skipped
+        spec=spec,
+        base_workload=base.uuid,
+        base_axes=base_axes,
+        roles=roles,
+        structure=structure,
+        skipped=skipped,
+        axes_cut=axes_cut,
     )
 
 
