@@ -15,6 +15,7 @@ from worker.formats import Solution, SolutionSpec, SourceFile, solution_from_pyt
 from worker.inputs import build_case
 from worker.numerics.timing import (
     CPU_TIMING,
+    GPU_TIMING,
     LAUNCH_BOUND_SHARE,
     TimingSample,
     time_trusted,
@@ -22,6 +23,7 @@ from worker.numerics.timing import (
 from worker.numerics.tolerance import compare_output
 from worker.problem_spec import Tolerance
 from worker.stages.benchmark import ROUNDS, timing_workload
+from worker.stages.benchmark.timed import plan_blocks
 from worker.stages.result import StageResult, StageStatus, Verdict
 
 CATALOGUE = load_catalogue()
@@ -224,3 +226,29 @@ def test_gpu_profile_times_with_cuda_events() -> None:
     assert "CUDA events, median of 100" in res.summary
     timing = res.metrics["timing"]
     assert timing["kernel_host_median_ms"] > 0 and isinstance(timing["launch_bound"], bool)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_gpu_timing_of_a_slow_kernel_fits_the_budget(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A correct kernel that takes 0.3 s a call, timed with a 2 s budget: one warm-up and a handful of timed calls
+    (what the budget affords at the quickest round's time) instead of 128 calls (38 s), no second pass, and the
+    summary says why (worker.stages.benchmark.timed.plan_blocks)."""
+    monkeypatch.setenv("KAUDIT_TIMING_BUDGET_S", "2")
+    sol = _solution(
+        "import time\nimport torch\n\ndef run(indices, grad_output, num_embeddings, padding_idx, grad_weight):\n"
+        "    time.sleep(0.3)\n"
+        "    acc = torch.zeros(grad_weight.shape, device=grad_weight.device)\n"
+        "    acc.index_add_(0, indices, grad_output.float())\n"
+        "    if padding_idx >= 0:\n        acc[padding_idx] = 0\n"
+        "    grad_weight.copy_(acc)\n"
+    )
+    res, _verdict = _bench(sol, device="cuda")
+    assert res.status is StageStatus.passed, res.summary
+    timing = res.metrics["timing"]
+    assert timing["budget_trimmed"] is True and timing["budget_s"] == 2
+    assert timing["est_call_ms"] >= 300
+    split = plan_blocks(GPU_TIMING, 1000, timing["est_call_ms"], 2)
+    assert timing["reps"] == split.block * split.n_blocks <= 5 and timing["warmup"] == 1
+    assert timing["retime_skipped"] == "the timing budget"
+    assert f"{timing['reps']} timed calls, not 100" in res.summary
