@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import torch
 
 from worker.catalogue import load_problem
 from worker.formats import Definition
@@ -71,3 +72,20 @@ def test_a_workload_of_ordinary_size_keeps_its_axes() -> None:
     p = load_problem(KERNELS / "rmsnorm_forward")
     plan = derive_plan(p.definition, p.workloads("gpu"), "gpu", seed=1, reference=Reference.of(p.definition))
     assert plan.axes_cut == {} and "axes_cut" not in plan.report()
+
+
+def test_a_long_reduction_from_a_base_at_the_cap_trades_rows_for_length() -> None:
+    d = _definition()
+    base = {"rows": 256, "cols": 4096}  # 2**20 elements: at a cap of 2**20
+
+    long = shapes.long_axis(d, base, "cols", 4, torch.Generator().manual_seed(0), keep=("cols",), cap=2**20)
+    assert long is not None and long["cols"] >= 4 * 4096
+    assert shapes.numel_of(d, long) <= 2**20  # the rows gave way, not the memory
+
+
+def test_a_small_base_is_not_touched_by_the_cap() -> None:
+    d = _definition()
+    base = {"rows": 64, "cols": 256}
+    capped = shapes.long_axis(d, base, "cols", 4, torch.Generator().manual_seed(0), keep=("cols",))
+    uncapped = shapes.long_axis(d, base, "cols", 4, torch.Generator().manual_seed(0), keep=("cols",), cap=2**60)
+    assert capped == uncapped and capped is not None and capped["cols"] >= 1024

@@ -87,12 +87,13 @@ PROBE_MAX_NUMEL = 2**28
 
 
 def within_numel(
-    definition: Definition, var_axes: dict[str, int], cap: int = PROBE_MAX_NUMEL, keep: tuple[str, ...] = ()
+    definition: Definition, var_axes: dict[str, int], cap: int | None = None, keep: tuple[str, ...] = ()
 ) -> dict[str, int]:
     """`var_axes` with its largest axes halved, those not in `keep` only, until the inputs hold at most `cap`
     elements (or nothing more can be halved within the constraints). `keep`: the reduced axes, whose length is what
     a low-precision accumulator's error grows with; the others (rows, tokens, heads) only repeat the same
     computation, and the benchmark stage has run every workload at its full size already."""
+    cap = PROBE_MAX_NUMEL if cap is None else cap
     trial = dict(var_axes)
     while numel_of(definition, trial) > cap:
         size = numel_of(definition, trial)
@@ -114,12 +115,17 @@ def long_axis(
     factor: int,
     gen: torch.Generator,
     keep: tuple[str, ...] = (),
+    cap: int | None = None,
 ) -> dict[str, int] | None:
     """`axis` made `factor` times longer, other var axes halved (those not in `keep` first, largest first) to
-    keep the inputs within 4x their base size."""
+    keep the inputs within 4x their base size, and within `cap` unless the base is larger already (then
+    within the base's size: the reduction longer, the rows fewer)."""
     if axis not in base:
         return None
-    budget = 4 * numel_of(definition, base)
+    cap = PROBE_MAX_NUMEL if cap is None else cap
+    size = numel_of(definition, base)
+    budget = max(size, min(4 * size, cap))
+    limit = max(budget, min(2 * budget, cap))  # when halving cannot reach the budget
     for _ in range(TRIES):
         length = base[axis] * factor + int(torch.randint(0, max(base[axis] // 4, 1) + 1, (1,), generator=gen))
         trial = {**base, axis: length}
@@ -131,7 +137,7 @@ def long_axis(
                 break
             largest = max(others, key=lambda a: (a not in keep, trial[a]))
             trial[largest] //= 2
-        if numel_of(definition, trial) <= 2 * budget and satisfies(definition, trial):
+        if numel_of(definition, trial) <= limit and satisfies(definition, trial):
             return trial
     return None
 
