@@ -55,10 +55,25 @@ def test_with_only_reduced_axes_left_nothing_is_cut() -> None:
     assert shapes.within_numel(_definition(), axes, cap=2**20, keep=("cols",)) == axes
 
 
-@pytest.mark.parametrize(("problem", "reduced"), [("attention_softmax", "num_keys"), ("cross_entropy", "vocab_size")])
-def test_the_largest_catalogue_workloads_are_probed_at_a_cut_size(problem: str, reduced: str) -> None:
+@pytest.mark.parametrize(
+    ("problem", "reduced", "tiny"),
+    [
+        ("attention_softmax", "num_keys", {"num_rows": 64, "num_keys": 256}),
+        ("cross_entropy", "vocab_size", {"num_tokens": 64, "vocab_size": 512}),
+    ],
+)
+def test_the_largest_catalogue_workloads_are_probed_at_a_cut_size(
+    problem: str, reduced: str, tiny: dict[str, int]
+) -> None:
     p = load_problem(KERNELS / problem)
-    plan = derive_plan(p.definition, p.workloads("gpu"), "gpu", seed=1, reference=Reference.of(p.definition))
+    big = p.workloads("gpu")
+    # the plan reads the structure from the smallest workload: a tiny one keeps that cheap on a CI machine (the
+    # real ones are 0.4-0.5 billion elements), while the median it probes around stays one of the real ones
+    small = big[0].model_copy(update={"uuid": "tiny", "axes": {**big[0].axes, **tiny}})
+    plan = derive_plan(p.definition, (small, *big), "gpu", seed=1, reference=Reference.of(p.definition))
+    assert plan.base_workload in {w.uuid for w in big}
+    base = next(w for w in big if w.uuid == plan.base_workload)
+    assert shapes.numel_of(p.definition, {a: base.axes[a] for a in p.definition.var_axes}) > shapes.PROBE_MAX_NUMEL
     assert reduced in plan.structure.reduced_axes
     assert shapes.numel_of(p.definition, plan.base_axes) <= shapes.PROBE_MAX_NUMEL
     assert reduced not in plan.axes_cut and plan.axes_cut  # rows cut, the reduction's length kept
@@ -66,6 +81,9 @@ def test_the_largest_catalogue_workloads_are_probed_at_a_cut_size(problem: str, 
         assert probe < workload and plan.base_axes[axis] == probe
     assert "axes_cut" in plan.report()
     assert "benchmark stage ran the full size" in next(p.why for p in plan.spec.probes if p.name == "workload_like")
+    long = next(p for p in plan.spec.probes if p.name == f"long_reduction:{reduced}")
+    assert long.axes[reduced] > base.axes[reduced]
+    assert shapes.numel_of(p.definition, long.axes) <= shapes.PROBE_MAX_NUMEL
 
 
 def test_a_workload_of_ordinary_size_keeps_its_axes() -> None:
