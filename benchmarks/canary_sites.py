@@ -122,8 +122,8 @@ def render(env: dict[str, Any], rows: list[dict[str, Any]]) -> str:
     return (
         f"# The newer canary sites ({env['device']})\n\n`{env['command']}` ({env['date']}, torch {env['torch']}, "
         f"{p['name']} profile with {NULLS[bool(p.get('lazy_nulls'))]}, no parent cache). Gap: mean paired held-out "
-        "loss gap over the checkpoints (submission - reference, nats); band: the largest |gap| of the 1-ulp null runs; limit: "
-        f"max(3 x band, {p['loss_floor']}); fidelity: the kernel's worst error on the op's real arguments along the "
+        "loss gap over the checkpoints (submission - reference, nats); band: the largest |gap| of the 1-ulp null "
+        f"runs; limit: max(3 x band, {p['loss_floor']}); fidelity: the kernel's worst error on the op's real arguments along the "
         "reference's SGD run, as a multiple of the ideal output's (fails above 4).\n\n"
         + "".join(
             f"Rows of {', '.join(r['problems'])} added by `{r['command']}` ({r['date']}).\n\n"

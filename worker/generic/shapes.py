@@ -94,17 +94,14 @@ def within_numel(
     a low-precision accumulator's error grows with; the others (rows, tokens, heads) only repeat the same
     computation, and the benchmark stage has run every workload at its full size already."""
     cap = PROBE_MAX_NUMEL if cap is None else cap
-    trial = dict(var_axes)
-    while numel_of(definition, trial) > cap:
-        size = numel_of(definition, trial)
+    trial, size = dict(var_axes), numel_of(definition, var_axes)
+    while size > cap:
         options = sorted((a for a in trial if a not in keep and trial[a] >= 2 * MIN_JITTER), key=lambda a: -trial[a])
-        for axis in options:
-            cand = {**trial, axis: trial[axis] // 2}
-            if numel_of(definition, cand) < size and satisfies(definition, cand):
-                trial = cand
-                break
-        else:
-            return trial
+        halved = ({**trial, a: trial[a] // 2} for a in options)
+        smaller = next((c for c in halved if numel_of(definition, c) < size and satisfies(definition, c)), None)
+        if smaller is None:
+            break
+        trial, size = smaller, numel_of(definition, smaller)
     return trial
 
 

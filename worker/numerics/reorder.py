@@ -121,10 +121,10 @@ def _add_product(total: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch
     """total + a @ b, the product rounded to the accumulator and then added, as `total + torch.matmul(a, b)` is.
 
     In place where it can be (addmm_/baddbmm_; the first total is always a fresh product): out of place, each of the
-    sequential style's K steps (4,096 for a K = 4,096 GEMM) wrote two new output-sized tensors; in place is 4.5x faster
-    on the CPU and 1.6x on an H100 (benchmarks/reorder_cost.py). With bf16 or fp16 inputs every K-column product is exact in fp32, so the
-    result is the same bit for bit (tests/worker/test_honest_yardstick.py); with fp32 inputs a GPU's BLAS may fuse the
-    multiply and the add, which is still an honest order (a loop of FMAs)."""
+    sequential style's K steps (4,096 for a K = 4,096 GEMM) wrote two new output-sized tensors; in place is 4.5x
+    faster on the CPU and 1.6x on an H100 (benchmarks/reorder_cost.py). With bf16 or fp16 inputs every K-column
+    product is exact in fp32, so the result is the same bit for bit (tests/worker/test_honest_yardstick.py); with
+    fp32 inputs a GPU's BLAS may fuse the multiply and the add, which is still an honest order (a loop of FMAs)."""
     if torch.is_grad_enabled() and (total.requires_grad or a.requires_grad or b.requires_grad):
         return total + torch.matmul(a, b)
     if total.dim() == a.dim() == b.dim() == 2:

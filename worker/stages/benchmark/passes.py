@@ -107,8 +107,8 @@ def time_in_child(
     timed.plans.append(split)
     if split.trimmed:
         ctx.progress(
-            f"benchmark: {where}: a call takes up to {(plan.est_call_ms or 0.0) / 1e3:.2g} s, so {block * n_blocks} timed calls "
-            f"in {n_blocks} blocks fit the {plan.settings.timing_budget_s:g} s budget"
+            f"benchmark: {where}: a call takes up to {(plan.est_call_ms or 0.0) / 1e3:.2g} s, so "
+            f"{block * n_blocks} timed calls in {n_blocks} blocks fit the {plan.settings.timing_budget_s:g} s budget"
         )
     budget_ms = plan.settings.timing_budget_s * 1e3
     cases = [first] + [plan.fresh() for _ in range(block * n_blocks - 1)]
