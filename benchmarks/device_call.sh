@@ -3,7 +3,9 @@
 # catalogue resumed from devrun/catalogue.json (REDO=1: audit again rows with no verdict; ONLY: definitions), beside it
 # SOL-ExecBench's own samples with the canary stage (OFFICIAL=substrings of their paths; the upstream files saved unchanged
 # under devrun/official, as benchmarks/official_samples.py lays them out; OFFICIAL_S seconds at most), then the canary
-# false-positive repeats (FP=1; FIRST, SEEDS) until END seconds; NOCAT=1 skips the catalogue. What comes back: $OUT/run.tgz (every file; the device tool returns at most 8 files) and misc.log
+# false-positive repeats (FP=1; FIRST, SEEDS) until END seconds; NOCAT=1 skips the catalogue; TB=1 first runs
+# benchmarks/timing_budget_check.py (a 0.3 s-a-call kernel against a 2 s timing budget).
+# What comes back: $OUT/run.tgz (every file; the device tool returns at most 8 files) and misc.log
 export PYTHONUNBUFFERED=1
 BACK=$OUT
 OUT=$(mktemp -d)
@@ -28,6 +30,10 @@ if [ -n "$ALONE" ]; then
   echo "== canary alone $(date -u +%T) SECONDS=$SECONDS" >> $L
   python benchmarks/canary_cost.py --device cuda --audits 3 --as-worker --out $OUT/canary_alone_worker.json > $OUT/canary_alone_worker.txt 2>&1
   python benchmarks/canary_cost.py --device cuda --audits 3 --out $OUT/canary_alone.json > $OUT/canary_alone.txt 2>&1
+fi
+if [ -n "$TB" ]; then
+  echo "== timing budget $(date -u +%T) SECONDS=$SECONDS" >> $L
+  timeout 120 python benchmarks/timing_budget_check.py --sleep-s 0.3 --budget-s 2 --out $OUT/timing_budget.json > $OUT/timing_budget.txt 2>&1
 fi
 if [ -n "$SITES" ]; then
   echo "== canary sites $SITES $(date -u +%T) SECONDS=$SECONDS" >> $L
