@@ -42,3 +42,18 @@ def test_an_add_norm_at_nemotron_width_needs_one_layer_and_one_layer_past_the_li
     _, refused = _match("nemotron_rms_norm", max_params=300_000_000)
     assert refused.binding is None
     assert "with one layer, past the gpu profile's 300M" in refused.how
+
+
+def test_a_model_wider_than_the_profile_trains_adamw_at_a_rate_scaled_by_the_widths_ratio() -> None:
+    p, found = _match("nemotron_rms_norm")  # hidden 8192: 32x the GPU profile's 256
+    q = found.profile
+    assert q.d_model == 8192 and q.adamw_lr == p.adamw_lr * p.d_model / 8192
+    assert q.sgd_lr == p.sgd_lr  # clipped SGD stayed stable at width (H100, 2026-12-07): left as is
+    assert f"8192 wide, 32x the profile's 256, AdamW trains at {q.adamw_lr:.3g}" in found.how
+    narrow = profile_for("gpu").model_copy(update={"d_model": 16384})  # a profile already wider than the definition
+    assert site_for(*_definition_and_run("nemotron_rms_norm"), narrow).profile.adamw_lr == narrow.adamw_lr
+
+
+def _definition_and_run(sample: str):  # type: ignore[no-untyped-def]
+    d = load_definition(SAMPLES / sample / "definition.json")
+    return d, None, Reference.of(d).run_fn

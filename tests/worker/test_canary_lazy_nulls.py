@@ -1,7 +1,7 @@
 """The canary trains its null runs only when the rule needs them (CanaryProfile.lazy_nulls).
 
 The rule fails a held-out gap above max(band_factor x null band, loss_floor): a gap at or below the floor passes
-whatever the nulls say, so they are trained only where a gap exceeds it, after the submission's runs. Real parts
+whatever the nulls say, so they are trained only where a gap exceeds it in size, after the submission's runs. Real parts
 throughout: the catalogue's embedding-backward problem, kernels in their sandbox children, the stage's own
 training; only the profile is shortened (20 steps)."""
 
@@ -11,11 +11,13 @@ from pathlib import Path
 
 import pytest
 
+from worker.canary import judge
 from worker.canary.profiles import CanaryProfile, profile_for
 from worker.catalogue import load_catalogue
 from worker.context import AuditContext
 from worker.formats import Solution
 from worker.stages import canary as canary_stage
+from worker.stages.canary.losses import nulls_needed
 from worker.stages.result import StageResult, StageStatus
 
 SHORT = {"steps": 20, "checkpoints": (10, 20), "fidelity_steps": (0, 20), "seed_pool": None}
@@ -108,3 +110,23 @@ def test_nulls_trained_after_a_cache_hit_are_stored_with_the_entry() -> None:
     assert again.metrics["nulls_trained"] is True
     assert again.metrics["loss_threshold"] == bad.metrics["loss_threshold"]
     assert again.status is bad.status is StageStatus.failed
+
+
+def _judged(gap: float, floor: float = 0.1) -> judge.LossJudgement:
+    return judge.judge_loss("adamw", [10, 20], [3.0, 2.5], [3.0 + gap, 2.5 + gap], [], 3.0, floor)
+
+
+@pytest.mark.parametrize(
+    ("gap", "needed"),
+    [
+        (0.05, False),
+        (-0.05, False),
+        (0.15, True),  # a worse loss past the floor: the rule needs the band
+        (-2.87, True),  # a better one that far (SOL-ExecBench's RMSNorm at width 4096, AdamW, H100): the band is shown
+    ],
+)
+def test_the_nulls_are_trained_for_a_gap_past_the_floor_either_way(gap: float, needed: bool) -> None:
+    lj = _judged(gap)
+    assert lj.mean_gap == pytest.approx(gap)
+    assert lj.exceeded is (gap > 0.1)  # the rule itself stays one-sided
+    assert nulls_needed([_judged(0.0), lj], 0.1) is needed

@@ -1,5 +1,5 @@
-"""The submission's checkpoint weights cross back as one tensor (worker.canary.checkpoint_wire), and the parent
-takes nothing from it but what it checks: the exact shape and dtype, then its own held-out evaluation.
+"""The submission's checkpoint weights cross back as pieces of rows (worker.canary.checkpoint_wire), and the parent
+takes nothing from them but what it checks: their count, exact shapes and dtype, then its own held-out evaluation.
 
 The forgeries are real submissions that replace the child's "canary_train" handler
 (tests/worker/cheats/exploits/forge_canary_weights.py), run through the real canary stage in a sandbox child on
@@ -34,34 +34,49 @@ def _init() -> dict[str, torch.Tensor]:
     return {"b": torch.arange(6.0).reshape(2, 3), "a": torch.arange(4.0) + 100}
 
 
-def test_pack_and_unpack_give_back_every_run_and_step() -> None:
+@pytest.mark.parametrize(("piece", "per_row"), [(1 << 28, 1), (10, 1), (4, 3), (1, 10)])
+def test_pack_and_unpack_give_back_every_run_and_step(piece: int, per_row: int) -> None:
     init = _init()
     runs = [{s: {k: v + 10 * r + s for k, v in init.items()} for s in (1, 2)} for r in range(2)]
-    wire = checkpoint_wire.pack(runs, [1, 2], init, torch.device("cpu"))
-    assert wire.shape == (2, 2, 10) and wire.dtype == torch.float32
-    back = checkpoint_wire.unpack(wire, 2, [1, 2], init)
+    expected = [{s: dict(states[s]) for s in states} for states in runs]
+    wire = checkpoint_wire.pack(runs, [1, 2], init, torch.device("cpu"), piece)
+    assert len(wire) == 2 * 2 * per_row and all(w.dtype == torch.float32 and w.dim() == 1 for w in wire)
+    assert max(w.numel() for w in wire) <= piece and sum(w.numel() for w in wire) == 2 * 2 * 10
+    assert runs == [{}, {}]  # handed over: no checkpoint is held twice
+    back = checkpoint_wire.unpack(wire, 2, [1, 2], init, piece)
     for r in range(2):
         for s in (1, 2):
             assert set(back[r][s]) == {"a", "b"}
             for k in init:
-                assert torch.equal(back[r][s][k], runs[r][s][k])
+                assert torch.equal(back[r][s][k], expected[r][s][k])
 
 
 @pytest.mark.parametrize(
     "bad",
     [
-        torch.zeros(2, 2, 9),
-        torch.zeros(2, 2, 10, dtype=torch.float64),
-        torch.zeros(1, 2, 10),
-        torch.zeros(20),
-        torch.nn.Parameter(torch.zeros(2, 2, 10)),
-        [0.0] * 40,
+        [torch.zeros(9)] * 4,
+        [torch.zeros(10, dtype=torch.float64)] * 4,
+        [torch.zeros(10)] * 3,
+        [torch.zeros(10)] * 5,
+        [torch.zeros(2, 2, 10)],
+        [torch.zeros(2, 10)] * 4,
+        [torch.nn.Parameter(torch.zeros(10))] * 4,
+        torch.zeros(2, 2, 10),
+        [[0.0] * 10] * 4,
         None,
     ],
 )
-def test_unpack_refuses_anything_but_the_exact_tensor(bad: object) -> None:
+def test_unpack_refuses_anything_but_the_exact_pieces(bad: object) -> None:
     with pytest.raises(ValueError):
         checkpoint_wire.unpack(bad, 2, [1, 2], _init())
+
+
+def test_unpack_refuses_a_short_last_piece() -> None:
+    init = _init()
+    wire = checkpoint_wire.pack([{1: init} for _ in range(2)], [1], init, torch.device("cpu"), 4)
+    wire[-1] = wire[-1][:-1]
+    with pytest.raises(ValueError, match="expected float32"):
+        checkpoint_wire.unpack(wire, 2, [1], init, 4)
 
 
 def _forgery(mode: str) -> Solution:
@@ -94,4 +109,23 @@ def test_untrained_weights_sent_as_trained_fail_on_held_out_text() -> None:
 def test_weights_of_the_wrong_shape_fail_the_stage_as_unusable() -> None:
     status, summary = _canary(_forgery("shape"))
     assert status is StageStatus.failed, summary
-    assert "unusable weights" in summary and "expected float32 (2, 2," in summary
+    assert "unusable weights" in summary and "1 pieces of checkpoint weights, expected 4" in summary
+
+
+def test_a_piece_one_element_short_fails_the_stage_as_unusable() -> None:
+    status, summary = _canary(_forgery("piece"))
+    assert status is StageStatus.failed, summary
+    assert "unusable weights" in summary and "piece 3 of the checkpoint weights is torch.float32" in summary
+
+
+def test_a_real_canary_sends_its_weights_in_many_pieces_and_passes() -> None:
+    """The pieces through the real sandbox child: rows cut in several pieces each (the default piece holds a row of
+    up to 268M parameters; this model's rows are far smaller)."""
+    profile = SHORT.model_copy(update={"wire_piece_elements": 50_000})
+    ctx = AuditContext(problem=PROBLEM, solution=PROBLEM.example_solution("pytorch_fp32"), device="cpu", seed=5)
+    try:
+        result = canary_stage.run(ctx, profile)
+    finally:
+        ctx.close()
+    assert result.status is StageStatus.passed, result.summary
+    assert result.metrics["model"]["parameters"] > 3 * 50_000  # so each row crossed as several pieces

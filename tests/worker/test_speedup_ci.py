@@ -90,3 +90,22 @@ def test_the_stage_records_the_interval_and_times_again_when_it_is_wide(monkeypa
     assert timing["retimed"] is True and len(timing["first_speedup_ci"]) == 2
     assert timing["reps"] == timing["blocks"] == 2 * CPU_TIMING.reps
     assert timing["fresh_inputs"] == timing["warmup"] + timing["reps"]  # still no input set timed twice
+
+
+@pytest.mark.parametrize(
+    ("speedup", "lo", "hi", "phrase", "interval"),
+    [
+        (9.86, 9.85, 9.87, "9.86x faster than reference", "9.85x-9.87x"),
+        # a slow kernel's interval reads in its headline's unit: around 40x slower, not around 0.025x
+        (1 / 40, 1 / 41.3, 1 / 38.3, "40.00x slower than reference", "38.3x-41.3x"),
+        # an interval that straddles parity: the slower end past 1x, the faster end under it
+        (1 / 1.16, 0.75, 1.07, "1.16x slower than reference", "0.935x-1.33x"),
+    ],
+)
+def test_the_interval_reads_in_the_unit_of_the_speed_phrase(
+    speedup: float, lo: float, hi: float, phrase: str, interval: str
+) -> None:
+    from worker.stages.benchmark.timing import _interval, _speed_phrase
+
+    assert _speed_phrase(speedup) == phrase
+    assert _interval(speedup, lo, hi) == interval

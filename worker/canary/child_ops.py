@@ -32,7 +32,7 @@ class TrainedRun(Reply):
 
 class CanaryTrainReply(Reply):
     runs: list[TrainedRun]  # one per optimiser of the request, in its order
-    outputs: list[PlainTensor]  # one tensor: every run's checkpoint weights (worker.canary.checkpoint_wire)
+    outputs: list[PlainTensor]  # every run's checkpoint weights, in pieces (worker.canary.checkpoint_wire)
     first_step_s: float | None = None  # the child's own clock: evidence only
 
 
@@ -81,7 +81,7 @@ def submission_kernel(state: HarnessState) -> Kernel:
 @op(CanaryTrainRequest)
 def train(state: HarnessState, request: CanaryTrainRequest) -> CanaryTrainReply:
     """One run per optimiser, trained together (worker.canary.stacked); `runs` holds each one's losses, in that
-    order, and `outputs` their checkpoint weights as one tensor (worker.canary.checkpoint_wire)."""
+    order, and `outputs` their checkpoint weights in pieces (worker.canary.checkpoint_wire)."""
     if request.threads:
         torch.set_num_threads(request.threads)
     opts = list(request.optimizers)
@@ -112,8 +112,9 @@ def train(state: HarnessState, request: CanaryTrainRequest) -> CanaryTrainReply:
         steps,
         request.init,
         torch.device(state.device) if on_device else torch.device("cpu"),
+        request.profile.wire_piece_elements,
     )
-    return CanaryTrainReply(runs=runs, outputs=[weights], first_step_s=first.get("first_step_s"))
+    return CanaryTrainReply(runs=runs, outputs=weights, first_step_s=first.get("first_step_s"))
 
 
 @op(WarmRequest)

@@ -3,7 +3,10 @@
 Rule (stated in every report):
   1. gradient fidelity: at every checked step of the reference run, the kernel's output for the
      op's real arguments, against fp64, normwise per bucket of rows (by contribution count), must
-     stay within max_ratio x the error of the ideal output (fp64 rounded once to the output dtype);
+     stay within max_ratio x the error of the ideal output (fp64 rounded once to the output dtype) or, on the
+     generic path, of the largest error honest implementations make on the same arguments (the reference at its own
+     dtypes and with its reductions in other orders: an fp32 kernel that sums in another order cannot reach the
+     ideal output either, and neither can the reference);
   2. loss: per optimiser, the paired gap G = mean over checkpoints of (held-out loss of the
      submission's weights - that of the reference's weights), same seed, init and batches, must not
      exceed max(band_factor x B, loss_floor), where B is the largest |G| of the null runs (the
@@ -35,7 +38,8 @@ class BucketFidelity(BaseModel):
     context: int | None = None  # tokens of the window the op's arguments came from, where longer than training's
     kernel_rel_err: float
     ideal_rel_err: float
-    ratio: float
+    honest_rel_err: float | None = None  # the largest honest implementation's, where they were run
+    ratio: float  # the kernel's error over the larger of the ideal output's and the honest implementations'
 
 
 def _bucket_label(lo: int, hi: int | None) -> str:
@@ -59,12 +63,17 @@ def fidelity(
     exact: torch.Tensor,
     budget: OutputBudget | None,
     counts: torch.Tensor | None,
+    honest: list[torch.Tensor] | None = None,
 ) -> list[BucketFidelity]:
-    """Normwise error per bucket of the kernel's output vs fp64, as a ratio to the ideal output's."""
+    """Normwise error per bucket of the kernel's output vs fp64, as a ratio to the larger of the ideal output's and
+    the largest of the `honest` implementations' outputs' (each bucket on its own)."""
     dev = exact.device  # judged where the fp64 result is (the GPU when the audit has one)
     out_d = out.detach().to(dev).double()
     exact = exact.detach().double().reshape(out_d.shape)
     ideal = exact.to(out.dtype).double()
+    # an integer output (expert ids) stays exact: an honest run that selects otherwise is no yardstick for it
+    floating = out.dtype.is_floating_point
+    yardsticks = [h.detach().to(dev).double().reshape(out_d.shape) for h in honest or []] if floating else []
     floor = unit_roundoff(out.dtype) / 8
     groups: list[tuple[str, torch.Tensor | None]] = []
     by_rows = budget is not None and budget.group_dims == [0] and counts is not None and out_d.dim() >= 1
@@ -83,7 +92,11 @@ def fidelity(
     for label, sel in groups:
         o, e, i = (out_d, exact, ideal) if sel is None else (out_d[sel], exact[sel], ideal[sel])
         k_err, i_err = _rel(o, e), _rel(i, e)
-        den = max(i_err, floor)  # 0 for an integer output (expert ids): exact, and so must the kernel's be
+        # an honest run that overflows where fp64 does not is no yardstick either
+        h_errs = [err for h in yardsticks if math.isfinite(err := _rel(h if sel is None else h[sel], e))]
+        h_err = max(h_errs) if h_errs else None
+        # 0 for an integer output (expert ids): exact, and so must the kernel's be
+        den = max(i_err, h_err or 0.0, floor)
         ratio = (k_err / den if den > 0 else (0.0 if k_err == 0 else math.inf)) if math.isfinite(k_err) else math.inf
         res.append(
             BucketFidelity(
@@ -93,6 +106,7 @@ def fidelity(
                 rows=int(o.shape[0]) if o.dim() else 1,
                 kernel_rel_err=k_err,
                 ideal_rel_err=i_err,
+                honest_rel_err=h_err,
                 ratio=ratio,
             )
         )

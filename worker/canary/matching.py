@@ -98,6 +98,11 @@ def _first_confirmed(
                 if q.n_layers < p.n_layers
                 else ""
             )
+            if q.d_model > p.d_model:
+                shallower += (
+                    f"; {q.d_model} wide, {q.d_model / p.d_model:g}x the profile's {p.d_model}, AdamW trains at "
+                    f"{q.adamw_lr:.3g} (the profile's {p.adamw_lr:g} scaled by the widths' ratio)"
+                )
             return SiteMatch(
                 b,
                 q,

@@ -6,6 +6,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from worker.canary.checkpoint_wire import PIECE_ELEMENTS
+
 Optimizer = Literal["sgd", "adamw"]
 
 
@@ -82,13 +84,20 @@ class CanaryProfile(BaseModel):
         False,
         description="train the null runs only when the rule needs them: a mean held-out gap "
         "at or below loss_floor passes whatever the nulls say (the threshold is never below the floor), "
-        "so the nulls are trained after the submission's runs, and only where a gap exceeds the floor",
+        "so the nulls are trained after the submission's runs, and only where a gap exceeds the floor in size "
+        "(worker.stages.canary.losses)",
     )
     seed_pool: int | None = Field(
         None,
         description="canary seeds drawn from this many fixed ones, so that the parent's "
         "runs repeat and are read from disk (worker.canary.parent_cache); None: a fresh seed "
         "per audit, nothing cached",
+    )
+    wire_piece_elements: int = Field(
+        PIECE_ELEMENTS,
+        ge=1,
+        description="the most elements of one tensor the submission's checkpoint weights cross in "
+        "(worker.canary.checkpoint_wire)",
     )
 
     @property

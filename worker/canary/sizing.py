@@ -5,6 +5,11 @@ the canary's model takes them (d_model, d_ff, heads, sequence length, batch): la
 own. The rest of the profile stays, but for depth: a model past the profile's max_params at those sizes loses layers,
 down to one, until it fits. A size that makes no consistent model, or one layer still past max_params, is a reason
 the op fits no canary here (CanaryUnsupported), reported as such.
+
+A model wider than the profile's trains with AdamW's learning rate scaled down by the width's ratio (muP's rule for
+Adam's hidden matrices, whose updates grow with fan-in at a fixed rate). At the profile's rate, SOL-ExecBench's RMSNorm
+at hidden size 4096 (16x the GPU profile's width, 436M parameters) trained to a held-out loss 2.87 nats away from its
+own reference rerun's (H100, 2026-12-07): a loss gap there says nothing about a kernel.
 """
 
 from __future__ import annotations
@@ -50,6 +55,8 @@ def sized(p: CanaryProfile, updates: dict[str, int], binding: OpBinding) -> Cana
             f"canary model has {n / 1e6:.1f}M parameters with one layer, past the {q.name} profile's "
             f"{q.max_params / 1e6:g}M"
         )
+    if q.d_model > p.d_model:
+        q = q.model_copy(update={"adamw_lr": p.adamw_lr * p.d_model / q.d_model})
     return q
 
 

@@ -179,6 +179,12 @@ class GenericOracle:
         # where this oracle may run: the audit's GPU for a trusted reference until it selects by order
         self.device = torch.device(device) if trusted and str(device).startswith("cuda") else CPU
 
+    @property
+    def last_promoted(self) -> bool:
+        """Whether the last call computed at a wider precision than the reference's own: its result is then the
+        ideal, and honest implementations are measured against it; otherwise it is itself only rounded."""
+        return not (self.runs and self.runs[-1].precision == "reference")
+
     def __call__(self, *args: Any) -> tuple[Any, ...]:
         outs, run = self.evaluate(list(args))
         self.runs.append(run)

@@ -178,7 +178,7 @@ def _describe(
         speedup_ci_rel_width=est.rel_width,
     )
     metrics.update(reference_median_ms=ref_median, speedup=est.speedup, speedup_ci=est.ci)
-    phrase = f"{_speed_phrase(est.speedup)} ({est.level:.0%} interval {est.lo:.3g}x-{est.hi:.3g}x; {clock_note})"
+    phrase = f"{_speed_phrase(est.speedup)} ({est.level:.0%} interval {_interval(est.speedup, est.lo, est.hi)}; {clock_note})"
     if kernel.host_median_ms is not None:
         timing.update(kernel_host_median_ms=kernel.host_median_ms, launch_bound=kernel.launch_bound)
         if kernel.launch_bound:
@@ -192,3 +192,11 @@ def _describe(
 
 def _speed_phrase(speedup: float) -> str:
     return f"{speedup:.2f}x faster than reference" if speedup >= 1 else f"{1 / speedup:.2f}x slower than reference"
+
+
+def _interval(speedup: float, lo: float, hi: float) -> str:
+    """The speedup's interval in the unit its phrase uses: as a slowdown (1/speedup) where the kernel is slower, so
+    that "40x slower" reads with an interval around 40x, not around 0.025x."""
+    if speedup >= 1:
+        return f"{lo:.3g}x-{hi:.3g}x"
+    return f"{1 / hi:.3g}x-{1 / lo:.3g}x" if lo > 0 else f"{1 / hi:.3g}x-inf"

@@ -154,6 +154,15 @@ def _metrics(plan: Plan, j: Judgement) -> dict[str, Any]:
         "loss_exceeded": {lj.optimizer: lj.exceeded for lj in j.losses},
         "fidelity_worst_ratio": w.ratio if w is not None else None,
         "fidelity_failed": bool(j.fid_bad),
+        # the model the op trained in: the profile's, or at the definition's constant sizes (worker.canary.sizing)
+        "model": {
+            "d_model": p.d_model,
+            "n_layers": p.n_layers,
+            "d_ff": p.d_ff,
+            "parameters": sum(t.numel() for t in plan.init.values()),
+            "sgd_lr": p.sgd_lr,
+            "adamw_lr": p.adamw_lr,
+        },
         "masked_by_adamw": j.masked_by_adamw,
         "runs": {
             "parent": sum(1 + len(lj.null_mean_gaps) for lj in j.losses),

@@ -75,9 +75,10 @@ def _read(plan: Plan, reply: CanaryTrainReply) -> tuple[dict[Optimizer, TrainedR
     try:
         if any(r.checkpoint_steps != plan.steps for r in runs):
             raise ValueError(f"its runs name other checkpoint steps than {plan.steps}")
-        if len(outputs) != 1:
-            raise ValueError("it sent no single tensor of checkpoint weights")
-        weights = dict(zip(optimizers, checkpoint_wire.unpack(outputs[0], len(optimizers), plan.steps, plan.init)))
+        pieces = checkpoint_wire.unpack(
+            outputs, len(optimizers), plan.steps, plan.init, plan.profile.wire_piece_elements
+        )
+        weights = dict(zip(optimizers, pieces))
     except ValueError as err:
         raise UnusableReply(f"the submission's training sent back unusable weights: {err}") from err
     return dict(zip(optimizers, runs)), weights

@@ -18,8 +18,8 @@ from worker.context import AuditContext
 from worker.generic.promote import GenericOracle
 from worker.inputs import Case
 from worker.numerics.placement import on_device_or_cpu
-from worker.numerics.reorder import STYLES
 from worker.problem_spec import AuditSpec
+from worker.stages.honest_runs import honest_runs
 from worker.stages.probes.measure import measure
 
 # where the generic oracle could not be promoted and is the reference at its own
@@ -66,43 +66,18 @@ def _detached_fp64(o: torch.Tensor) -> torch.Tensor:
 def slack(oracle: Callable[..., Any]) -> float:
     """How many times its budget a probe may use: wider where the generic oracle's last
     run fell back to the reference's own precision."""
-    if isinstance(oracle, GenericOracle) and oracle.runs and oracle.runs[-1].precision == "reference":
+    if isinstance(oracle, GenericOracle) and not oracle.last_promoted:
         return REFERENCE_ORACLE_SLACK
     return 1.0
 
 
-def _reference_at_own_precision(ctx: AuditContext, case: Case, reorder: str | None = None) -> list[torch.Tensor] | None:
-    """The reference at its own dtypes (`reorder`: with its reductions in another honest
-    order), where the kernel runs.
-
-    A GPU's fp32 rounds (and so ties and selects) differently from the host's, and the
-    kernel is held to the reference as it runs on the same device; on the CPU where the
-    reference cannot run on the device (a factory without `device=`, or no memory left).
-    An uploaded reference runs in its sandbox, on the CPU."""
-    trusted = getattr(ctx.reference, "trusted", True)
-    for device in dict.fromkeys([str(ctx.device) if trusted else "cpu", "cpu"]):
-        args = [_copy_to(a, device) for a in case.args(ctx.problem.definition)]
-        try:
-            with torch.no_grad():
-                return [o.detach() for o in ctx.reference.run(args, reorder=reorder)]
-        except Exception:  # noqa: BLE001 - a reference that fails unpromoted here is no yardstick
-            continue
-    return None
-
-
 def reference_runs(ctx: AuditContext, case: Case) -> dict[str, list[torch.Tensor]]:
-    """Honest implementations' outputs on `case`: the reference at its own dtypes
-    ('own') and re-run with its reductions split and sequential
-    (worker.numerics.reorder).
+    """Honest implementations' outputs on `case` (worker.stages.honest_runs): the reference at its own dtypes
+    ('own') and re-run with its reductions split and sequential (worker.numerics.reorder).
 
     Each is measured against the fp64 oracle, and the largest error per group is what an
     honest kernel may make there (worker.numerics.error_metrics)."""
-    runs: dict[str, list[torch.Tensor]] = {}
-    for style in (None, *STYLES):
-        outs = _reference_at_own_precision(ctx, case, style)
-        if outs is not None:
-            runs["own" if style is None else style] = outs
-    return runs
+    return honest_runs(ctx, case.args(ctx.problem.definition))
 
 
 def own_precision_if_it_disagrees(
