@@ -125,6 +125,12 @@ def audit(root: Path, s: Sample, device: str, stages: str, out: Path, seed: int)
         return row
     row["verdict"] = report.get("verdict")
     row["stages"] = {st["name"]: [st["status"], st["summary"]] for st in report.get("stages", [])}
+    # where a sample's time went, and the canary's numbers (the model it trained, gaps, bands, fidelity): a report's
+    # summaries alone did not say why an RMSNorm audit took 194 s or what its canary trained
+    row["stage_seconds"] = {st["name"]: st.get("duration_s") for st in report.get("stages", [])}
+    canary = next((st for st in report.get("stages", []) if st["name"] == "canary"), None)
+    if canary is not None:
+        row["canary_metrics"] = canary.get("metrics", {})
     if traces.exists():
         row["trace_status"] = [json.loads(line)["evaluation"]["status"] for line in traces.read_text().splitlines()]
     return row
