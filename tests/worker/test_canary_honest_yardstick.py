@@ -16,6 +16,7 @@ from worker.catalogue import load_catalogue
 from worker.context import AuditContext
 from worker.formats import SourceFile
 from worker.stages import canary as canary_stage
+from worker.stages.canary.report import Judgement, _summary
 from worker.stages.result import StageStatus
 
 U32 = 2.0**-24  # fp32's unit roundoff
@@ -111,3 +112,13 @@ def test_an_fp32_loss_summed_in_order_passes_the_generic_canary() -> None:
     assert any(f["kernel_rel_err"] > 4 * max(f["ideal_rel_err"], U32 / 8) for f in loss_rows), loss_rows
     assert result.status is StageStatus.passed, result.summary
     assert result.metrics["fidelity_worst_ratio"] <= 4.0
+
+
+def test_a_failure_against_the_honest_yardstick_says_so_with_both_errors() -> None:
+    exact = _lucky_scalar()
+    honest = [_ulps_up(exact, 1)]
+    fid = judge.fidelity(0, "loss", _ulps_up(exact, 40), exact, None, None, honest)
+    j = Judgement(losses=[], nulls_trained=False, fidelity=fid, max_ratio={"loss": 4.0}, checked="gradient")
+    summary = _summary(j)
+    assert "x the ideal error or the honest implementations' worst, whichever is larger" in summary
+    assert f"vs {fid[0].ideal_rel_err:.2e}, the honest implementations' worst {fid[0].honest_rel_err:.2e}" in summary

@@ -10,6 +10,7 @@ from worker.engine import run_audit
 from worker.numerics.speedup import speedup_interval
 from worker.numerics.timing import CPU_TIMING
 from worker.numerics.timing_settings import TimingSettings
+from worker.stages.benchmark.timing import _interval, _speed_phrase
 from worker.stages.result import StageStatus
 
 EMB = load_catalogue().get("embedding_backward")
@@ -105,7 +106,5 @@ def test_the_stage_records_the_interval_and_times_again_when_it_is_wide(monkeypa
 def test_the_interval_reads_in_the_unit_of_the_speed_phrase(
     speedup: float, lo: float, hi: float, phrase: str, interval: str
 ) -> None:
-    from worker.stages.benchmark.timing import _interval, _speed_phrase
-
     assert _speed_phrase(speedup) == phrase
     assert _interval(speedup, lo, hi) == interval
