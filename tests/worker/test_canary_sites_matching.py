@@ -82,7 +82,15 @@ MATCHED = {
 # its site trains 128-token sequences (worker.canary.families.decode.MIN_SEQ_LEN), 8 a batch
 SIZED = {
     "rope": {"n_kv_heads": 2},
-    "attention_decode_gqa": {"n_heads": 4, "n_kv_heads": 2, "d_model": 128, "seq_len": 128, "batch_size": 8},
+    # twice the CPU profile's width: AdamW at half its rate (worker.canary.sizing)
+    "attention_decode_gqa": {
+        "n_heads": 4,
+        "n_kv_heads": 2,
+        "d_model": 128,
+        "seq_len": 128,
+        "batch_size": 8,
+        "adamw_lr": CPU.adamw_lr * CPU.d_model / 128,
+    },
 }
 NO_SITE = (
     "cumsum",
