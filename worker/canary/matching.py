@@ -92,14 +92,14 @@ def _first_confirmed(
             continue
         best, tried = min(best, err), True
         if err <= 1.0:
-            shallower = (
+            sizes_note = (
                 f"; at the definition's sizes the model keeps {q.n_layers} of the profile's {p.n_layers} layers "
                 f"({n_params(q, b) / 1e6:.1f}M parameters, the profile's limit {q.max_params / 1e6:g}M)"
                 if q.n_layers < p.n_layers
                 else ""
             )
             if q.d_model > p.d_model:
-                shallower += (
+                sizes_note += (
                     f"; {q.d_model} wide, {q.d_model / p.d_model:g}x the profile's {p.d_model}, AdamW trains at "
                     f"{q.adamw_lr:.3g} (the profile's {p.adamw_lr:g} scaled by the widths' ratio)"
                 )
@@ -107,7 +107,7 @@ def _first_confirmed(
                 b,
                 q,
                 f"matched site '{b.site}' from the signature ({describe(b)}); the reference agrees "
-                f"with the site's op on an example ({err * ULPS:.2g} ulp){shallower}",
+                f"with the site's op on an example ({err * ULPS:.2g} ulp){sizes_note}",
             )
     if tried:
         off = (

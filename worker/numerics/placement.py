@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import torch
 
@@ -48,3 +48,9 @@ def on_device_or_cpu(device: torch.device | str, fn: Callable[[torch.device], T]
                 log.warning("the GPU ran out of memory; %s runs on the CPU instead", what)
                 break
     return fn(CPU)
+
+
+def copy_to(a: Any, device: torch.device | str) -> Any:
+    """A tensor argument copied to `device` (a copy even where it is there already: the callee may write into it);
+    anything else as it is."""
+    return a.to(device, copy=True) if isinstance(a, torch.Tensor) else a

@@ -13,14 +13,11 @@ from typing import Any
 import torch
 
 from worker.context import AuditContext
+from worker.numerics.placement import copy_to
 from worker.numerics.reorder import STYLES
 
 
-def _copy_to(a: Any, device: str) -> Any:
-    return a.to(device, copy=True) if isinstance(a, torch.Tensor) else a
-
-
-def reference_at_own_precision(
+def _reference_at_own_precision(
     ctx: AuditContext, args: list[Any], reorder: str | None = None
 ) -> list[torch.Tensor] | None:
     """The reference at its own dtypes (`reorder`: with its reductions in another honest order), where the kernel
@@ -31,7 +28,7 @@ def reference_at_own_precision(
     without `device=`, or no memory left). An uploaded reference runs in its sandbox, on the CPU."""
     trusted = getattr(ctx.reference, "trusted", True)
     for device in dict.fromkeys([str(ctx.device) if trusted else "cpu", "cpu"]):
-        copies = [_copy_to(a, device) for a in args]
+        copies = [copy_to(a, device) for a in args]
         try:
             with torch.no_grad():
                 return [o.detach() for o in ctx.reference.run(copies, reorder=reorder)]
@@ -46,7 +43,7 @@ def honest_runs(ctx: AuditContext, args: list[Any]) -> dict[str, list[torch.Tens
     kernel may make there."""
     runs: dict[str, list[torch.Tensor]] = {}
     for style in (None, *STYLES):
-        outs = reference_at_own_precision(ctx, args, style)
+        outs = _reference_at_own_precision(ctx, args, style)
         if outs is not None:
             runs["own" if style is None else style] = outs
     return runs

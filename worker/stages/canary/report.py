@@ -129,8 +129,8 @@ def _summary(j: Judgement) -> str:
         else:
             why.append(
                 f"the op's {j.checked} on real text{_on_window(f0)} is {f0.ratio:.1f}x the ideal error{_or_honest(f0)} "
-                f"({f0.output}, rows with {f0.bucket} contributions, "
-                f"rel err {f0.kernel_rel_err:.2e} vs {f0.ideal_rel_err:.2e}{_honest(f0)}; budget {j.max_ratio[f0.output]:g}x)"
+                f"({f0.output}, rows with {f0.bucket} contributions, rel err {f0.kernel_rel_err:.2e} vs "
+                f"{f0.ideal_rel_err:.2e}{_honest(f0)}; budget {j.max_ratio[f0.output]:g}x)"
             )
     for lj in loss_bad:
         why.append(

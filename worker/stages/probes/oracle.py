@@ -17,7 +17,7 @@ import torch
 from worker.context import AuditContext
 from worker.generic.promote import GenericOracle
 from worker.inputs import Case
-from worker.numerics.placement import on_device_or_cpu
+from worker.numerics.placement import copy_to, on_device_or_cpu
 from worker.problem_spec import AuditSpec
 from worker.stages.honest_runs import honest_runs
 from worker.stages.probes.measure import measure
@@ -44,7 +44,7 @@ def oracle_outputs(oracle: Callable[..., Any], case: Case, ctx: AuditContext) ->
         if isinstance(oracle, GenericOracle):
             result = oracle(*[_clone(a) for a in args])
         else:
-            result = on_device_or_cpu(ctx.device, lambda d: oracle(*[_copy_to(a, d) for a in args]))
+            result = on_device_or_cpu(ctx.device, lambda d: oracle(*[copy_to(a, d) for a in args]))
     outs = list(result) if isinstance(result, (tuple, list)) else [result]
     if len(outs) != len(definition.outputs):
         raise ValueError(f"the oracle returned {len(outs)} outputs for {len(definition.outputs)} in the definition")
@@ -53,10 +53,6 @@ def oracle_outputs(oracle: Callable[..., Any], case: Case, ctx: AuditContext) ->
 
 def _clone(a: Any) -> Any:
     return a.clone() if isinstance(a, torch.Tensor) else a
-
-
-def _copy_to(a: Any, device: torch.device | str) -> Any:
-    return a.to(device, copy=True) if isinstance(a, torch.Tensor) else a
 
 
 def _detached_fp64(o: torch.Tensor) -> torch.Tensor:
