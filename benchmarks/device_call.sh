@@ -4,7 +4,8 @@
 # SOL-ExecBench's own samples with the canary stage (OFFICIAL=substrings of their paths; the upstream files saved unchanged
 # under devrun/official, as benchmarks/official_samples.py lays them out; OFFICIAL_S seconds at most), then the canary
 # false-positive repeats (FP=1; FIRST, SEEDS) until END seconds; NOCAT=1 skips the catalogue; TB=1 first runs
-# benchmarks/timing_budget_check.py (a 0.3 s-a-call kernel against a 2 s timing budget).
+# benchmarks/timing_budget_check.py (a 0.3 s-a-call kernel against a 2 s timing budget); GPUTEST=1 then runs the
+# GPU-marked tests (pytest and its dependencies carried as wheels in .whl; GPUTEST_S seconds at most).
 # What comes back: $OUT/run.tgz (every file; the device tool returns at most 8 files) and misc.log
 export PYTHONUNBUFFERED=1
 BACK=$OUT
@@ -34,6 +35,11 @@ fi
 if [ -n "$TB" ]; then
   echo "== timing budget $(date -u +%T) SECONDS=$SECONDS" >> $L
   timeout 120 python benchmarks/timing_budget_check.py --sleep-s 0.3 --budget-s 2 --out $OUT/timing_budget.json > $OUT/timing_budget.txt 2>&1
+fi
+if [ -n "$GPUTEST" ]; then
+  echo "== gpu tests $(date -u +%T) SECONDS=$SECONDS" >> $L
+  timeout ${GPUTEST_S:-240} python -m pytest -m gpu -p no:cacheprovider -q -rs $(grep -rl "mark.gpu" tests/worker) > $OUT/gpu_tests.txt 2>&1
+  echo "gpu tests rc $?" >> $L
 fi
 if [ -n "$SITES" ]; then
   echo "== canary sites $SITES $(date -u +%T) SECONDS=$SECONDS" >> $L

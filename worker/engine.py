@@ -71,28 +71,28 @@ def run_stage(name: str, ctx: AuditContext) -> StageResult:
     retries = 0
     turn: AbstractContextManager[None] = nullcontext()
     while True:
-        try:
-            with turn:
-                result = _attempt_stage(name, ctx)
+        outcome = _attempt_stage(name, ctx, turn)
+        if isinstance(outcome, StageResult):
+            result = outcome
             break
-        except (torch.OutOfMemoryError, SandboxOutOfMemory) as err:
-            # on a GPU several audits share, running out of memory is usually the neighbours' load: wait for
-            # memory to come back and run the stage again before calling it inconclusive
-            if retries >= gpu_memory.OOM_RETRIES or isinstance(err, ctx.interrupts):
-                result = StageResult(
-                    name=name,
-                    status=StageStatus.error,
-                    summary=(
-                        f"inconclusive: the device ran out of memory in {name} on {retries + 1} attempt(s) ({err}); "
-                        "not counted against the kernel"
-                    ),
-                )
-                break
-            retries += 1
-            ctx.progress(f"{name}: the device ran out of memory; waiting for memory, then attempt {retries + 1}")
-            gpu_memory.release(ctx.device)
-            # the next attempt waits its turn among the device's retries, then for the memory this one needed
-            turn = gpu_memory.retry_turn(ctx.device, gpu_memory.need_after_oom(str(err)))
+        message, interrupted = outcome
+        if retries >= gpu_memory.OOM_RETRIES or interrupted:
+            result = StageResult(
+                name=name,
+                status=StageStatus.error,
+                summary=(
+                    f"inconclusive: the device ran out of memory in {name} on {retries + 1} attempt(s) ({message}); "
+                    "not counted against the kernel"
+                ),
+            )
+            break
+        # on a GPU several audits share, running out of memory is usually the neighbours' load: wait for memory to
+        # come back and run the stage again before calling it inconclusive
+        retries += 1
+        ctx.progress(f"{name}: the device ran out of memory; waiting for memory, then attempt {retries + 1}")
+        gpu_memory.release(ctx.device)
+        # the next attempt waits its turn among the device's retries, then for the memory this one needed
+        turn = gpu_memory.retry_turn(ctx.device, gpu_memory.need_after_oom(message))
     if retries:
         result.metrics["out_of_memory_retries"] = retries
     if held_off >= 1.0:
@@ -102,8 +102,24 @@ def run_stage(name: str, ctx: AuditContext) -> StageResult:
     return _judge_faults(ctx, result)
 
 
-def _attempt_stage(name: str, ctx: AuditContext) -> StageResult:
-    """One run of the stage; the device running out of memory propagates (run_stage retries it)."""
+OutOfMemory = tuple[str, bool]  # the error's message, and whether it is one of the audit's interrupts
+
+
+def _attempt_stage(name: str, ctx: AuditContext, turn: AbstractContextManager[None]) -> StageResult | OutOfMemory:
+    """One run of the stage, after waiting its `turn`; running out of device memory comes back as the message, for
+    run_stage to retry. Only as a return value: while the exception lives, its traceback keeps the failed attempt's
+    frames and their tensors alive, and emptying the allocator's cache then gives none of them back. On an 80 GB H100
+    a canary at width 4096 ran out on all three attempts, the last beside another process holding 54 GiB (by its size
+    the audit's own, its reference runs' memory still held; benchmarks/results/h100-2026-12-07-fourth)."""
+    try:
+        with turn:
+            return _run_stage_once(name, ctx)
+    except (torch.OutOfMemoryError, SandboxOutOfMemory) as err:
+        return str(err), isinstance(err, ctx.interrupts)
+
+
+def _run_stage_once(name: str, ctx: AuditContext) -> StageResult:
+    """The stage's own run; the device running out of memory propagates."""
     try:
         return _run_of(registry.stage_modules()[name])(ctx)
     except SandboxOutOfMemory:

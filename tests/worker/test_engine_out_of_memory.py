@@ -77,3 +77,48 @@ def test_a_stage_that_always_runs_out_is_inconclusive_not_failed(
     assert "not counted against the kernel" in stage.summary
     assert counter.read_text() == str(attempts)
     assert str(stages["verdict"].status) != "failed"
+
+
+HOLDING_STAGE = """
+import weakref
+
+import torch
+
+HELD = []  # weak references to what each attempt held when it ran out
+
+
+def run(ctx):
+    work = torch.zeros(1024)  # stands for the attempt's device tensors, alive in its frame
+    HELD.append(weakref.ref(work))
+    raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 64.00 MiB")
+"""
+
+
+def test_memory_is_given_back_only_after_the_failed_attempt_let_go_of_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The allocator's cache can return only blocks nothing holds: when run_stage gives memory back before a retry,
+    the failed attempt's tensors must already be gone, or the retry's neighbours (the submission's process) find the
+    card as full as before."""
+    package = "oom_stages_holding"
+    pkg = tmp_path / package
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "holding.py").write_text(HOLDING_STAGE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(registry, "_modules", registry.stage_modules())
+    registry.register_stage(f"{package}.holding")
+    import importlib
+
+    module = importlib.import_module(f"{package}.holding")
+    alive_at_release: list[int] = []
+
+    def release(device: str) -> None:
+        alive_at_release.append(sum(ref() is not None for ref in module.HELD))
+
+    monkeypatch.setattr(gpu_memory, "release", release)
+    stage = _audit("holding")["holding"]
+    assert str(stage.status) == "error", stage.summary
+    assert len(module.HELD) == gpu_memory.OOM_RETRIES + 1
+    assert alive_at_release, "run_stage never gave memory back"
+    assert alive_at_release == [0] * len(alive_at_release), alive_at_release
