@@ -106,24 +106,16 @@ OutOfMemory = tuple[str, bool]  # the error's message, and whether it is one of 
 
 
 def _attempt_stage(name: str, ctx: AuditContext, turn: AbstractContextManager[None]) -> StageResult | OutOfMemory:
-    """One run of the stage, after waiting its `turn`; running out of device memory comes back as the message, for
-    run_stage to retry. Only as a return value: while the exception lives, its traceback keeps the failed attempt's
+    """One run of the stage, after waiting its `turn`. Running out of device memory comes back as the message, for
+    run_stage to retry, and only as a return value: while the exception lives, its traceback keeps the failed attempt's
     frames and their tensors alive, and emptying the allocator's cache then gives none of them back. On an 80 GB H100
     a canary at width 4096 ran out on all three attempts, the last beside another process holding 54 GiB (by its size
     the audit's own, its reference runs' memory still held; benchmarks/results/h100-2026-12-07-fourth)."""
     try:
         with turn:
-            return _run_stage_once(name, ctx)
-    except (torch.OutOfMemoryError, SandboxOutOfMemory) as err:
+            return _run_of(registry.stage_modules()[name])(ctx)
+    except (torch.OutOfMemoryError, SandboxOutOfMemory) as err:  # before SandboxError, which it is a kind of
         return str(err), isinstance(err, ctx.interrupts)
-
-
-def _run_stage_once(name: str, ctx: AuditContext) -> StageResult:
-    """The stage's own run; the device running out of memory propagates."""
-    try:
-        return _run_of(registry.stage_modules()[name])(ctx)
-    except SandboxOutOfMemory:
-        raise
     except SandboxError as err:
         # a timeout is the kernel's only when a kernel call hung (the watch saw it); the auditor's own work
         # running long (the canary's training) or the audit's budget running out is inconclusive
@@ -141,8 +133,6 @@ def _run_stage_once(name: str, ctx: AuditContext) -> StageResult:
         )
     except MissingInputFile as err:  # the problem's data, not the kernel nor the auditor: say which file
         return StageResult(name=name, status=StageStatus.error, summary=str(err))
-    except torch.OutOfMemoryError:
-        raise
     except Exception as err:  # a stage bug is an error verdict, not a crash of the audit
         if isinstance(err, ctx.interrupts):
             raise

@@ -168,20 +168,14 @@ def test_the_kernel_is_at_both_sublayers_of_every_block(matched: SiteMatch) -> N
             assert t.grad is not None and bool(t.grad.abs().sum() > 0), name
 
 
-def test_stacked_members_train_as_they_do_alone(matched: SiteMatch) -> None:
-    """One thread: with two, the host's matmuls split their sums by thread, differently for the stacked and the
-    single model, and the bf16 add turns that last-bit difference into a loss 1.8e-6 apart (a CI run on two cores) on
-    a kernel whose own effect here is only 1.4e-5."""
+def test_stacked_members_train_as_they_do_alone(matched: SiteMatch, one_thread: None) -> None:
+    """On one thread: with two, the bf16 add turned the matmuls' last-bit difference between the stacked and the
+    single model into losses 1.8e-6 apart (a CI run on two cores), beside a kernel whose own effect here is 1.4e-5."""
     p, b = matched.profile, matched.binding
     assert b is not None
     init, batches = init_state(p, b, 0), _seqs(matched)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        alone = [train(p, b, k, init, batches, "sgd", "cpu", checkpoints=()) for k in (_exact, _bf16_add)]
-        together = train_stacked(p, b, [_exact, _bf16_add], init, batches, "sgd", "cpu", checkpoints=())
-    finally:
-        torch.set_num_threads(threads)
+    alone = [train(p, b, k, init, batches, "sgd", "cpu", checkpoints=()) for k in (_exact, _bf16_add)]
+    together = train_stacked(p, b, [_exact, _bf16_add], init, batches, "sgd", "cpu", checkpoints=())
     for one, stacked in zip(alone, together):
         assert stacked.losses == pytest.approx(one.losses, rel=1e-6, abs=1e-6)
     assert together[0].losses != together[1].losses

@@ -23,17 +23,12 @@ STEPS = 10
 P = CPU.model_copy(update={"steps": STEPS, "checkpoints": (5, STEPS)})
 
 
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
 @pytest.fixture(scope="module")
 def catalogue() -> Catalogue:
     return load_catalogue()
-
-
-@pytest.fixture(autouse=True)
-def one_thread() -> Any:
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
 
 
 def _setup(catalogue: Catalogue, name: str) -> tuple[Any, Kernel, torch.Tensor, dict[str, torch.Tensor]]:

@@ -3,6 +3,7 @@ memory comes back; only when every attempt runs out is it inconclusive (`error`)
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
 
 import pytest
@@ -31,16 +32,22 @@ def run(ctx):
 """
 
 
-def _stage(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, ooms: int) -> Path:
+def _register(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, source: str) -> str:
+    """The stage `name` from `source`, registered for this test only; its module's name."""
     package = f"oom_stages_{name}"  # a package per test: Python caches an imported package's folder
     pkg = tmp_path / package
     pkg.mkdir(exist_ok=True)
     (pkg / "__init__.py").write_text("")
-    counter = tmp_path / f"{name}.count"
-    (pkg / f"{name}.py").write_text(STAGE.format(counter=str(counter), ooms=ooms, name=name))
+    (pkg / f"{name}.py").write_text(source)
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setattr(registry, "_modules", registry.stage_modules())  # this test's stage stays in this test
     registry.register_stage(f"{package}.{name}")
+    return f"{package}.{name}"
+
+
+def _stage(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, ooms: int) -> Path:
+    counter = tmp_path / f"{name}.count"
+    _register(tmp_path, monkeypatch, name, STAGE.format(counter=str(counter), ooms=ooms, name=name))
     return counter
 
 
@@ -100,17 +107,7 @@ def test_memory_is_given_back_only_after_the_failed_attempt_let_go_of_it(
     """The allocator's cache can return only blocks nothing holds: when run_stage gives memory back before a retry,
     the failed attempt's tensors must already be gone, or the retry's neighbours (the submission's process) find the
     card as full as before."""
-    package = "oom_stages_holding"
-    pkg = tmp_path / package
-    pkg.mkdir()
-    (pkg / "__init__.py").write_text("")
-    (pkg / "holding.py").write_text(HOLDING_STAGE)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setattr(registry, "_modules", registry.stage_modules())
-    registry.register_stage(f"{package}.holding")
-    import importlib
-
-    module = importlib.import_module(f"{package}.holding")
+    module = importlib.import_module(_register(tmp_path, monkeypatch, "holding", HOLDING_STAGE))
     alive_at_release: list[int] = []
 
     def release(device: str) -> None:
