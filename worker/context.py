@@ -117,7 +117,13 @@ class AuditContext:
         h = hashlib.sha256(repr((self.seed, *labels)).encode()).digest()
         return int.from_bytes(h[:8], "big") >> 2
 
-    def close(self) -> None:
+    def end_processes(self) -> None:
+        """Ends the submission's process and an uploaded reference's; each starts again when a stage next asks for it.
+
+        A stage that ran out of device memory runs again only after this: a child's caching allocator keeps what the
+        failed attempt reserved, and no one else can free it. On an 80 GB H100 the retries of a canary at width 4096
+        waited for memory that a process of the same audit held (49-60 GiB through all three attempts,
+        benchmarks/results/h100-2026-12-08). Ending the process is the one release a hostile child cannot refuse."""
         reference = self.__dict__.pop("reference", None)
         if isinstance(reference, SandboxedReference):
             reference.close()
@@ -126,3 +132,6 @@ class AuditContext:
             self._sandbox.close()
             self._sandbox = None
             self._watched = None
+
+    def close(self) -> None:
+        self.end_processes()

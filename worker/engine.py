@@ -90,6 +90,7 @@ def run_stage(name: str, ctx: AuditContext) -> StageResult:
         # come back and run the stage again before calling it inconclusive
         retries += 1
         ctx.progress(f"{name}: the device ran out of memory; waiting for memory, then attempt {retries + 1}")
+        ctx.end_processes()  # what the audit's children hold goes back with them
         gpu_memory.release(ctx.device)
         # the next attempt waits its turn among the device's retries, then for the memory this one needed
         turn = gpu_memory.retry_turn(ctx.device, gpu_memory.need_after_oom(message))
@@ -108,9 +109,8 @@ OutOfMemory = tuple[str, bool]  # the error's message, and whether it is one of 
 def _attempt_stage(name: str, ctx: AuditContext, turn: AbstractContextManager[None]) -> StageResult | OutOfMemory:
     """One run of the stage, after waiting its `turn`. Running out of device memory comes back as the message, for
     run_stage to retry, and only as a return value: while the exception lives, its traceback keeps the failed attempt's
-    frames and their tensors alive, and emptying the allocator's cache then gives none of them back. On an 80 GB H100
-    a canary at width 4096 ran out on all three attempts, the last beside another process holding 54 GiB (by its size
-    the audit's own, its reference runs' memory still held; benchmarks/results/h100-2026-12-07-fourth)."""
+    frames and their tensors alive, and emptying the allocator's cache then gives none of them back. What the audit's
+    children hold goes back only with them: run_stage ends them before a retry (AuditContext.end_processes)."""
     try:
         with turn:
             return _run_of(registry.stage_modules()[name])(ctx)

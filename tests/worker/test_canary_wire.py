@@ -51,6 +51,32 @@ def test_pack_and_unpack_give_back_every_run_and_step(piece: int, per_row: int) 
                 assert torch.equal(back[r][s][k], expected[r][s][k])
 
 
+def test_unpack_hands_out_views_of_the_pieces_not_a_second_copy() -> None:
+    """A parameter inside one piece is a view of it: joining whole rows first held every checkpoint twice in the
+    parent (at width 4096, 14 GB more on a card the submission's training shares)."""
+    init = _init()  # sorted: a (4 elements) then b (6): with pieces of 4, a is piece 0, b straddles pieces 1 and 2
+    wire = checkpoint_wire.pack([{1: init}], [1], init, torch.device("cpu"), 4)
+    back = checkpoint_wire.unpack(wire, 1, [1], init, 4)[0][1]
+    assert back["a"].untyped_storage().data_ptr() == wire[0].untyped_storage().data_ptr()
+    assert torch.equal(back["a"], init["a"]) and torch.equal(back["b"], init["b"])
+
+
+OTHER_DEVICE = "cuda" if torch.cuda.is_available() else "meta"  # meta: on the CPU, a second device with no values
+
+
+def test_pieces_of_one_row_on_different_devices_make_one_state() -> None:
+    """On a full card a piece that cannot be exported or copied on the device crosses through the host
+    (worker.sandbox.device_share), the rest stay on the device: one row can hold both. Joined as they came, they raised "Expected all tensors to be on the same device" in the canary of
+    SOL-ExecBench's Gemma 3 gate-up at its own width (H100)."""
+    init = _init()
+    wire = checkpoint_wire.pack([{1: init}], [1], init, torch.device("cpu"), 5)  # b straddles pieces 0 and 1
+    wire[0] = wire[0].to(OTHER_DEVICE)
+    back = checkpoint_wire.unpack(wire, 1, [1], init, 5)[0][1]
+    assert back["a"].device.type == back["b"].device.type == OTHER_DEVICE  # b joined on its first piece's device
+    if OTHER_DEVICE != "meta":
+        assert torch.equal(back["a"].cpu(), init["a"]) and torch.equal(back["b"].cpu(), init["b"])
+
+
 @pytest.mark.parametrize(
     "bad",
     [

@@ -119,3 +119,33 @@ def test_memory_is_given_back_only_after_the_failed_attempt_let_go_of_it(
     assert len(module.HELD) == gpu_memory.OOM_RETRIES + 1
     assert alive_at_release, "run_stage never gave memory back"
     assert alive_at_release == [0] * len(alive_at_release), alive_at_release
+
+
+CHILD_STAGE = """
+import torch
+
+from worker.report import StageResult, StageStatus
+
+SEEN = []  # the submission's process as each attempt had it
+
+
+def run(ctx):
+    SEEN.append(ctx.sandbox())
+    if len(SEEN) == 1:
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 1.63 GiB (the child holds 60 GiB)")
+    return StageResult(name="child_held", status=StageStatus.passed, summary="ran on attempt 2")
+"""
+
+
+def test_a_retry_runs_in_a_new_submission_process_and_the_old_one_is_gone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A child's caching allocator keeps what the failed attempt reserved, and only ending the child frees it (a
+    hostile one would not empty its cache when asked). On an H100 the retries of a canary at width 4096 waited for
+    memory a process of the same audit held, through all three attempts."""
+    module = importlib.import_module(_register(tmp_path, monkeypatch, "child_held", CHILD_STAGE))
+    stage = _audit("child_held")["child_held"]
+    assert str(stage.status) == "passed", stage.summary
+    first, second = module.SEEN
+    assert first is not second
+    assert not first.alive, "the failed attempt's process still runs beside the retry"

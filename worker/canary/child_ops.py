@@ -17,6 +17,7 @@ from worker.canary import checkpoint_wire
 from worker.canary.binding import Kernel, OpBinding
 from worker.canary.profiles import CanaryProfile, Optimizer
 from worker.canary.stacked import train_stacked
+from worker.numerics import gpu_memory
 from worker.sandbox.harness import HarnessState, alloc_outputs, invoke
 from worker.sandbox.protocol import PlainTensor, Reply, Request, WarmReply, WarmRequest, output_specs
 from worker.sandbox.registry import op
@@ -103,6 +104,9 @@ def train(state: HarnessState, request: CanaryTrainRequest) -> CanaryTrainReply:
         keep_on_device=on_device,
         timings=first,
     )
+    # the training's freed blocks go back to the card before the weights are packed and exported: the export's
+    # memory (cuMemCreate, worker.sandbox.device_share) comes from the driver, not from this process's cache
+    gpu_memory.release(str(state.device))
     runs = [
         TrainedRun(optimizer=opt, losses=out.losses, checkpoint_steps=sorted(out.checkpoints))
         for opt, out in zip(opts, outs)

@@ -23,6 +23,7 @@ from worker.canary.profiles import Optimizer
 from worker.canary.stacked import parent_thread, train_stacked
 from worker.canary.train import State, TrainOutput, perturbed_kernel
 from worker.context import AuditContext
+from worker.numerics import gpu_memory
 from worker.stages.canary.plan import Plan
 from worker.stages.canary.submission import request_training
 from worker.text.tokenizer import cache_dir
@@ -76,6 +77,8 @@ def train_side_by_side(ctx: AuditContext, plan: Plan, sandbox: WatchedSandbox) -
             child = pool.submit(request_training, plan, sandbox)
             child.add_done_callback(lambda _f: plan.child_done.set())
             parent = parent_runs(plan)
+            # what the parent's training freed goes back to the card while the submission may still be training
+            gpu_memory.release(plan.device)
             t = time.perf_counter()
             reply, secs = child.result()
             plan.timings["waited_for_submission_s"] = round(time.perf_counter() - t, 2)
