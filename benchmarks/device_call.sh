@@ -5,7 +5,8 @@
 # under devrun/official, as benchmarks/official_samples.py lays them out; OFFICIAL_S seconds at most), then the canary
 # false-positive repeats (FP=1; FIRST, SEEDS) until END seconds; NOCAT=1 skips the catalogue; TB=1 first runs
 # benchmarks/timing_budget_check.py (a 0.3 s-a-call kernel against a 2 s timing budget); GPUTEST=1 then runs the
-# GPU-marked tests (pytest and its dependencies carried as wheels in .whl; GPUTEST_S seconds at most).
+# GPU-marked tests, a line each (pytest and its dependencies carried as wheels in .whl; GPUTEST_S seconds at most,
+# 420 unless set: 240 s ran 36 of the 39 on an H100).
 # What comes back: $OUT/run.tgz (every file; the device tool returns at most 8 files) and misc.log
 export PYTHONUNBUFFERED=1
 BACK=$OUT
@@ -38,7 +39,7 @@ if [ -n "$TB" ]; then
 fi
 if [ -n "$GPUTEST" ]; then
   echo "== gpu tests $(date -u +%T) SECONDS=$SECONDS" >> $L
-  timeout ${GPUTEST_S:-240} python -m pytest -m gpu -p no:cacheprovider -q -rs $(grep -rl "mark.gpu" tests/worker) > $OUT/gpu_tests.txt 2>&1
+  timeout ${GPUTEST_S:-420} python -m pytest -m gpu -p no:cacheprovider -v -rs $(grep -rl "mark.gpu" tests/worker) > $OUT/gpu_tests.txt 2>&1
   echo "gpu tests rc $?" >> $L
 fi
 if [ -n "$SITES" ]; then
