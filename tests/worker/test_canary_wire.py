@@ -66,8 +66,9 @@ OTHER_DEVICE = "cuda" if torch.cuda.is_available() else "meta"  # meta: on the C
 
 def test_pieces_of_one_row_on_different_devices_make_one_state() -> None:
     """On a full card a piece that cannot be exported or copied on the device crosses through the host
-    (worker.sandbox.device_share), the rest stay on the device: one row can hold both. Joined as they came, they raised "Expected all tensors to be on the same device" in the canary of
-    SOL-ExecBench's Gemma 3 gate-up at its own width (H100)."""
+    (worker.sandbox.device_share), the rest stay on the device: one row can hold both. Joined as they came, they
+    raised "Expected all tensors to be on the same device" in the canary of SOL-ExecBench's Gemma 3 gate-up at its
+    own width (H100)."""
     init = _init()
     wire = checkpoint_wire.pack([{1: init}], [1], init, torch.device("cpu"), 5)  # b straddles pieces 0 and 1
     wire[0] = wire[0].to(OTHER_DEVICE)
